@@ -1,0 +1,31 @@
+// Package dummyif keeps the kube-ipvs0 dummy link and the service addresses
+// bound on it. IPVS only answers for a virtual address the node considers
+// local, so every ClusterIP (and external/LB IP not already on another
+// interface) is bound here. The link is left down, as kube-proxy leaves it:
+// the addresses are local but never answer ARP through it.
+package dummyif
+
+import "net/netip"
+
+// DefaultLinkName is the link kube-proxy's IPVS mode uses; operators know it.
+const DefaultLinkName = "kube-ipvs0"
+
+// Interface is the kernel boundary for the dummy link. Implementations are
+// safe for concurrent use.
+type Interface interface {
+	// EnsureLink creates the dummy link if it is missing. It is idempotent.
+	EnsureLink() error
+	// DeleteLink removes the dummy link (used by `ipvsproxy cleanup`).
+	DeleteLink() error
+	// ListAddresses dumps the addresses bound on the link.
+	ListAddresses() ([]netip.Addr, error)
+	// AddAddress binds addr (as a /32 or /128) on the link. Adding an
+	// address that is already bound is not an error.
+	AddAddress(addr netip.Addr) error
+	// DeleteAddress unbinds addr. Deleting an absent address is not an error.
+	DeleteAddress(addr netip.Addr) error
+	// LocalAddresses lists the addresses bound on every other interface of
+	// the node, excluding the dummy link (for NodePort and for deciding
+	// whether an external IP is already local).
+	LocalAddresses() ([]netip.Addr, error)
+}

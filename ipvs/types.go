@@ -1,0 +1,134 @@
+// Package ipvs programs the kernel's IPVS virtual and real servers.
+//
+// It speaks in the language of ipvsadm: a virtual server is an
+// address:port/protocol with a scheduler, a real server is a backend
+// address:port with a weight. The netlink implementation (Handle) wraps
+// moby/ipvs; Fake is an in-memory kernel whose String() prints what
+// `ipvsadm -Sn` prints, so tests read like an operator's terminal.
+package ipvs
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Protocol is an IP protocol number as IPVS stores it.
+type Protocol uint16
+
+// The protocols IPVS balances for Kubernetes services.
+const (
+	TCP  Protocol = 6
+	UDP  Protocol = 17
+	SCTP Protocol = 132
+)
+
+// String returns the lower-case name ipvsadm uses ("tcp", "udp", "sctp").
+func (p Protocol) String() string {
+	switch p {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	case SCTP:
+		return "sctp"
+	}
+	return fmt.Sprintf("proto-%d", uint16(p))
+}
+
+// Flags are the IPVS service flags (IP_VS_SVC_F_*).
+type Flags uint32
+
+// Service flags, as the kernel defines them.
+const (
+	FlagPersistent Flags = 0x0001
+	FlagHashed     Flags = 0x0002 // set by the kernel on every listed service; never compared
+	FlagOnePacket  Flags = 0x0004
+	FlagSchedFlag1 Flags = 0x0008 // sh-fallback / mh-fallback
+	FlagSchedFlag2 Flags = 0x0010 // sh-port / mh-port
+	FlagSchedFlag3 Flags = 0x0020
+)
+
+// ServiceKey identifies a virtual server. It is comparable and used as a map key.
+type ServiceKey struct {
+	Address  netip.Addr
+	Protocol Protocol
+	Port     uint16
+}
+
+// String prints the key as ipvsadm does: "tcp 10.96.0.1:443" / "tcp [fd00::1]:443".
+func (k ServiceKey) String() string {
+	return fmt.Sprintf("%s %s", k.Protocol, netip.AddrPortFrom(k.Address, k.Port))
+}
+
+// VirtualServer is one IPVS service.
+type VirtualServer struct {
+	ServiceKey
+	Scheduler string // "rr", "sh", ...
+	Flags     Flags  // FlagHashed is ignored on write and stripped on read
+	Timeout   uint32 // persistence timeout in seconds, with FlagPersistent
+	Stats     Stats  // filled on list; ignored on write
+}
+
+// Equal reports whether two virtual servers would program the kernel
+// identically (stats and the kernel-managed hashed flag are ignored).
+func (v VirtualServer) Equal(o VirtualServer) bool {
+	return v.ServiceKey == o.ServiceKey && v.Scheduler == o.Scheduler &&
+		v.Flags&^FlagHashed == o.Flags&^FlagHashed && v.Timeout == o.Timeout
+}
+
+// Stats are the kernel's counters for a virtual server.
+type Stats struct {
+	Connections uint64
+	PacketsIn   uint64
+	PacketsOut  uint64
+	BytesIn     uint64
+	BytesOut    uint64
+}
+
+// RealKey identifies a real server within its virtual server.
+type RealKey struct {
+	Address netip.Addr
+	Port    uint16
+}
+
+// String prints "10.244.1.5:8080" / "[fd00::5]:8080".
+func (k RealKey) String() string { return netip.AddrPortFrom(k.Address, k.Port).String() }
+
+// RealServer is one backend of a virtual server. The forwarding method is
+// always masquerading (NAT), as kube-proxy uses.
+type RealServer struct {
+	RealKey
+	Weight int
+	// Connection counts are filled on list and ignored on write; graceful
+	// termination reads them to know when a drained backend can go.
+	ActiveConns   int
+	InactiveConns int
+}
+
+// Timeouts are the global IPVS connection timeouts (ipvsadm --set).
+// A zero field means "leave as it is" on write.
+type Timeouts struct {
+	TCP    time.Duration
+	TCPFin time.Duration
+	UDP    time.Duration
+}
+
+// Interface is the kernel boundary for IPVS. Implementations are safe for
+// concurrent use.
+type Interface interface {
+	// ListVirtualServers dumps every virtual server in the kernel.
+	ListVirtualServers() ([]VirtualServer, error)
+	AddVirtualServer(vs VirtualServer) error
+	UpdateVirtualServer(vs VirtualServer) error
+	DeleteVirtualServer(key ServiceKey) error
+
+	// ListRealServers dumps the real servers of one virtual server.
+	ListRealServers(vs ServiceKey) ([]RealServer, error)
+	AddRealServer(vs ServiceKey, rs RealServer) error
+	UpdateRealServer(vs ServiceKey, rs RealServer) error
+	DeleteRealServer(vs ServiceKey, rs RealKey) error
+
+	GetTimeouts() (Timeouts, error)
+	SetTimeouts(t Timeouts) error
+}
