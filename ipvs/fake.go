@@ -1,0 +1,391 @@
+package ipvs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Fake is an in-memory IPVS for unit tests. It keeps the kernel's
+// semantics where the engine depends on them: adding what exists fails
+// with IsExist, touching what does not exist fails with IsNotExist,
+// deleting a virtual server deletes its real servers, a zero timeout
+// leaves the current one. It counts every call by verb, can be told to
+// fail chosen calls, and String() prints `ipvsadm -Sn`.
+//
+// The verbs are the Interface method names: "ListVirtualServers",
+// "AddVirtualServer", "UpdateVirtualServer", "DeleteVirtualServer",
+// "ListRealServers", "AddRealServer", "UpdateRealServer",
+// "DeleteRealServer", "GetTimeouts", "SetTimeouts".
+//
+// A Fake is safe for concurrent use. The zero value is not usable; call
+// NewFake.
+type Fake struct {
+	mu       sync.Mutex
+	services map[ServiceKey]*fakeService
+	timeouts Timeouts
+	counts   map[string]int
+	faults   []*fault
+	nextID   int
+}
+
+type fakeService struct {
+	vs    VirtualServer
+	reals map[RealKey]RealServer
+}
+
+// Call describes one call to the Fake, for fault-injection matchers.
+type Call struct {
+	Verb    string     // the Interface method name
+	Service ServiceKey // zero for ListVirtualServers, GetTimeouts, SetTimeouts
+	Real    RealKey    // zero unless the verb is about a real server
+}
+
+type fault struct {
+	id    int
+	verb  string
+	match func(Call) bool
+	err   error
+	left  int // calls left to fail; <0 means until removed
+}
+
+var _ Interface = (*Fake)(nil)
+
+// The kernel's default timeouts (tcp 900 s, tcpfin 120 s, udp 300 s), which
+// a fresh Fake starts with as a fresh kernel does.
+var defaultTimeouts = Timeouts{TCP: 900 * time.Second, TCPFin: 120 * time.Second, UDP: 300 * time.Second}
+
+// Schedulers the Fake accepts, as if every ip_vs_* scheduler module were
+// loaded. Any other name fails like a missing module does in the kernel.
+var fakeSchedulers = map[string]bool{
+	"rr": true, "wrr": true, "lc": true, "wlc": true, "lblc": true, "lblcr": true,
+	"dh": true, "sh": true, "sed": true, "nq": true, "mh": true, "fo": true,
+	"ovf": true, "twos": true,
+}
+
+// NewFake returns an empty Fake with the kernel's default timeouts.
+func NewFake() *Fake {
+	return &Fake{
+		services: map[ServiceKey]*fakeService{},
+		timeouts: defaultTimeouts,
+		counts:   map[string]int{},
+	}
+}
+
+// String prints the state as `ipvsadm -Sn` does (see FormatSave for order).
+func (f *Fake) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	svcs := make([]VirtualServer, 0, len(f.services))
+	reals := make(map[ServiceKey][]RealServer, len(f.services))
+	for k, s := range f.services {
+		svcs = append(svcs, s.vs)
+		reals[k] = slices.Collect(maps.Values(s.reals))
+	}
+	return FormatSave(svcs, reals)
+}
+
+// Count returns how many times verb was called since the last
+// ResetCounts, failed calls included. It panics on a verb that is not an
+// Interface method, so a typo cannot pass a test by counting zero.
+func (f *Fake) Count(verb string) int {
+	if !verbs[verb] {
+		panic(fmt.Sprintf("ipvs.Fake.Count: unknown verb %q", verb))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[verb]
+}
+
+// Counts returns a copy of all non-zero counters, by verb.
+func (f *Fake) Counts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.counts)
+}
+
+// ResetCounts zeroes the counters, typically after a test has built its
+// starting state.
+func (f *Fake) ResetCounts() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.counts)
+}
+
+// FailOn makes calls of verb for which match returns true (nil matches
+// all; verb "" means every verb) fail with err, without changing any
+// state, until the returned function is called. err is wrapped like a
+// kernel error: inject syscall.EEXIST or syscall.ESRCH to get errors for
+// which IsExist or IsNotExist hold. Failed calls are still counted. When
+// several faults match, the earliest installed wins.
+func (f *Fake) FailOn(verb string, match func(Call) bool, err error) (remove func()) {
+	return f.addFault(verb, match, err, -1)
+}
+
+// FailTimes is FailOn for the next n matching calls only.
+func (f *Fake) FailTimes(n int, verb string, match func(Call) bool, err error) {
+	if n > 0 {
+		f.addFault(verb, match, err, n)
+	}
+}
+
+func (f *Fake) addFault(verb string, match func(Call) bool, err error, n int) func() {
+	if verb != "" && !verbs[verb] {
+		panic(fmt.Sprintf("ipvs.Fake: unknown verb %q", verb))
+	}
+	if err == nil {
+		panic("ipvs.Fake: fault injected with a nil error")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	id := f.nextID
+	f.faults = append(f.faults, &fault{id: id, verb: verb, match: match, err: err, left: n})
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.faults = slices.DeleteFunc(f.faults, func(ft *fault) bool { return ft.id == id })
+	}
+}
+
+// begin counts a call and returns the injected error for it, if any.
+// The caller holds f.mu.
+func (f *Fake) begin(c Call, sched string) error {
+	f.counts[c.Verb]++
+	for i, ft := range f.faults {
+		if (ft.verb != "" && ft.verb != c.Verb) || (ft.match != nil && !ft.match(c)) {
+			continue
+		}
+		if ft.left > 0 {
+			ft.left--
+			if ft.left == 0 {
+				f.faults = slices.Delete(f.faults, i, i+1)
+			}
+		}
+		return opError(c.Verb, c.Service, c.Real, sched, ft.err)
+	}
+	return nil
+}
+
+// ListVirtualServers returns every virtual server, in FormatSave order.
+func (f *Fake) ListVirtualServers() ([]VirtualServer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbListVirtualServers}, ""); err != nil {
+		return nil, err
+	}
+	out := make([]VirtualServer, 0, len(f.services))
+	for _, s := range f.services {
+		out = append(out, s.vs)
+	}
+	slices.SortFunc(out, func(a, b VirtualServer) int { return CompareServiceKeys(a.ServiceKey, b.ServiceKey) })
+	return out, nil
+}
+
+// AddVirtualServer adds vs; IsExist(err) if it is there already.
+func (f *Fake) AddVirtualServer(vs VirtualServer) error {
+	return f.putService(verbAddVirtualServer, vs)
+}
+
+// UpdateVirtualServer replaces scheduler, flags and timeout of an existing
+// vs, keeping its real servers and stats; IsNotExist(err) if there is none.
+func (f *Fake) UpdateVirtualServer(vs VirtualServer) error {
+	return f.putService(verbUpdateVirtualServer, vs)
+}
+
+func (f *Fake) putService(verb string, vs VirtualServer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verb, Service: vs.ServiceKey}, vs.Scheduler); err != nil {
+		return err
+	}
+	if err := validateVirtualServer(vs); err != nil {
+		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
+	}
+	s, exists := f.services[vs.ServiceKey]
+	switch {
+	case verb == verbAddVirtualServer && exists:
+		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.EEXIST)
+	case verb == verbUpdateVirtualServer && !exists:
+		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.ESRCH)
+	case !fakeSchedulers[vs.Scheduler]:
+		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.ENOENT)
+	}
+	// Like the kernel, keep only what is programmable: no hashed flag,
+	// and stats belong to the kernel.
+	vs.Flags &^= FlagHashed
+	if !exists {
+		vs.Stats = Stats{}
+		f.services[vs.ServiceKey] = &fakeService{vs: vs, reals: map[RealKey]RealServer{}}
+		return nil
+	}
+	vs.Stats = s.vs.Stats
+	s.vs = vs
+	return nil
+}
+
+// DeleteVirtualServer deletes the virtual server and its real servers;
+// IsNotExist(err) if there is none.
+func (f *Fake) DeleteVirtualServer(key ServiceKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbDeleteVirtualServer, Service: key}, ""); err != nil {
+		return err
+	}
+	if err := validateService(key); err != nil {
+		return opError(verbDeleteVirtualServer, key, RealKey{}, "", err)
+	}
+	if _, ok := f.services[key]; !ok {
+		return opError(verbDeleteVirtualServer, key, RealKey{}, "", syscall.ESRCH)
+	}
+	delete(f.services, key)
+	return nil
+}
+
+// ListRealServers returns the real servers of vs sorted by address and
+// port. Like the kernel, it returns an empty list when vs does not exist.
+func (f *Fake) ListRealServers(vs ServiceKey) ([]RealServer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbListRealServers, Service: vs}, ""); err != nil {
+		return nil, err
+	}
+	if err := validateService(vs); err != nil {
+		return nil, opError(verbListRealServers, vs, RealKey{}, "", err)
+	}
+	s := f.services[vs]
+	if s == nil {
+		return []RealServer{}, nil
+	}
+	out := slices.Collect(maps.Values(s.reals))
+	slices.SortFunc(out, func(a, b RealServer) int { return CompareRealKeys(a.RealKey, b.RealKey) })
+	return out, nil
+}
+
+// AddRealServer adds rs to vs; IsExist(err) if rs is there already,
+// IsNotExist(err) if vs is not.
+func (f *Fake) AddRealServer(vs ServiceKey, rs RealServer) error {
+	return f.putReal(verbAddRealServer, vs, rs)
+}
+
+// UpdateRealServer sets the weight of an existing rs, keeping its
+// connection counts; IsNotExist(err) if rs or vs is not there.
+func (f *Fake) UpdateRealServer(vs ServiceKey, rs RealServer) error {
+	return f.putReal(verbUpdateRealServer, vs, rs)
+}
+
+func (f *Fake) putReal(verb string, vs ServiceKey, rs RealServer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verb, Service: vs, Real: rs.RealKey}, ""); err != nil {
+		return err
+	}
+	if err := validateReal(vs, rs); err != nil {
+		return opError(verb, vs, rs.RealKey, "", err)
+	}
+	s := f.services[vs]
+	if s == nil {
+		return opError(verb, vs, rs.RealKey, "", syscall.ESRCH)
+	}
+	old, exists := s.reals[rs.RealKey]
+	switch {
+	case verb == verbAddRealServer && exists:
+		return opError(verb, vs, rs.RealKey, "", syscall.EEXIST)
+	case verb == verbUpdateRealServer && !exists:
+		return opError(verb, vs, rs.RealKey, "", syscall.ENOENT)
+	}
+	// Connection counts are the kernel's, never written by a caller.
+	rs.ActiveConns, rs.InactiveConns = old.ActiveConns, old.InactiveConns
+	s.reals[rs.RealKey] = rs
+	return nil
+}
+
+// DeleteRealServer removes rs from vs; IsNotExist(err) if rs or vs is not
+// there.
+func (f *Fake) DeleteRealServer(vs ServiceKey, rs RealKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbDeleteRealServer, Service: vs, Real: rs}, ""); err != nil {
+		return err
+	}
+	if err := validateRealKey(vs, rs); err != nil {
+		return opError(verbDeleteRealServer, vs, rs, "", err)
+	}
+	s := f.services[vs]
+	if s == nil {
+		return opError(verbDeleteRealServer, vs, rs, "", syscall.ESRCH)
+	}
+	if _, ok := s.reals[rs]; !ok {
+		return opError(verbDeleteRealServer, vs, rs, "", syscall.ENOENT)
+	}
+	delete(s.reals, rs)
+	return nil
+}
+
+// GetTimeouts returns the timeouts; a new Fake has the kernel's defaults.
+func (f *Fake) GetTimeouts() (Timeouts, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbGetTimeouts}, ""); err != nil {
+		return Timeouts{}, err
+	}
+	return f.timeouts, nil
+}
+
+// SetTimeouts sets the non-zero fields, rounded up to whole seconds as the
+// kernel stores them.
+func (f *Fake) SetTimeouts(t Timeouts) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(Call{Verb: verbSetTimeouts}, ""); err != nil {
+		return err
+	}
+	c, err := secondsTimeouts(t)
+	if err != nil {
+		return opError(verbSetTimeouts, ServiceKey{}, RealKey{}, "", err)
+	}
+	for _, p := range []struct{ dst, src *time.Duration }{
+		{&f.timeouts.TCP, &c.TCP}, {&f.timeouts.TCPFin, &c.TCPFin}, {&f.timeouts.UDP, &c.UDP},
+	} {
+		if *p.src != 0 {
+			*p.dst = *p.src
+		}
+	}
+	return nil
+}
+
+// SetConns sets the connection counters of a real server, as traffic would
+// in the kernel, for graceful-termination tests. It is not counted and not
+// subject to fault injection; it returns an IsNotExist error when vs or
+// rs does not exist.
+func (f *Fake) SetConns(vs ServiceKey, rs RealKey, active, inactive int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.services[vs]
+	if s == nil {
+		return opError(verbUpdateRealServer, vs, rs, "", syscall.ESRCH)
+	}
+	r, ok := s.reals[rs]
+	if !ok {
+		return opError(verbUpdateRealServer, vs, rs, "", syscall.ENOENT)
+	}
+	r.ActiveConns, r.InactiveConns = active, inactive
+	s.reals[rs] = r
+	return nil
+}
+
+// SetStats sets the counters of a virtual server, as traffic would in the
+// kernel. Like SetConns it is neither counted nor subject to faults.
+func (f *Fake) SetStats(vs ServiceKey, st Stats) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.services[vs]
+	if s == nil {
+		return opError(verbUpdateVirtualServer, vs, RealKey{}, "", syscall.ESRCH)
+	}
+	s.vs.Stats = st
+	return nil
+}
