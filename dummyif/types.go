@@ -5,10 +5,18 @@
 // the addresses are local but never answer ARP through it.
 package dummyif
 
-import "net/netip"
+import (
+	"errors"
+	"net/netip"
+)
 
 // DefaultLinkName is the link kube-proxy's IPVS mode uses; operators know it.
 const DefaultLinkName = "kube-ipvs0"
+
+// ErrNoLink is wrapped by errors from operations that need the dummy link
+// when it does not exist (EnsureLink was not called, or someone deleted it).
+// DeleteAddress never returns it: on a missing link the address is absent.
+var ErrNoLink = errors.New("link does not exist")
 
 // Interface is the kernel boundary for the dummy link. Implementations are
 // safe for concurrent use.

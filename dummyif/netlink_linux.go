@@ -1,0 +1,290 @@
+package dummyif
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// dumpRetries bounds how often an address dump is repeated when the kernel
+// reports it was interrupted by a concurrent change (NLM_F_DUMP_INTR): a
+// partial dump would make the reconciler unbind or re-add addresses wrongly.
+const dumpRetries = 5
+
+// Netlink is the kernel implementation of Interface over rtnetlink.
+//
+// It caches the link index after the first lookup so the hot path (one
+// address added or removed per changed service) costs exactly one netlink
+// request and never lists links. If the link is deleted and recreated
+// behind its back, the next operation sees ENODEV, looks the link up again
+// and retries once.
+type Netlink struct {
+	name string
+	h    *netlink.Handle
+
+	mu    sync.Mutex
+	index int // 0 while unknown
+}
+
+var _ Interface = (*Netlink)(nil)
+
+// New returns a Netlink for the dummy link linkName (DefaultLinkName when
+// empty). It opens one rtnetlink socket, reused for every call; it does not
+// touch the link until EnsureLink.
+func New(linkName string) (*Netlink, error) {
+	if linkName == "" {
+		linkName = DefaultLinkName
+	}
+	// IFNAMSIZ is 16 including the terminating NUL.
+	if len(linkName) > unix.IFNAMSIZ-1 {
+		return nil, fmt.Errorf("link name %q is longer than %d bytes", linkName, unix.IFNAMSIZ-1)
+	}
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
+	}
+	return &Netlink{name: linkName, h: h}, nil
+}
+
+// Close releases the netlink socket.
+func (n *Netlink) Close() error {
+	n.h.Close()
+	return nil
+}
+
+// LinkName is the name of the managed link.
+func (n *Netlink) LinkName() string { return n.name }
+
+// EnsureLink creates the dummy link if it is missing and leaves it down:
+// addresses on a down dummy link are still local (the kernel adds them to
+// the local routing table), and a down NOARP link never answers ARP for
+// them, which is what keeps service IPs from leaking onto the LAN. A link
+// with the same name that is not a dummy belongs to someone else and is an
+// error, never adopted.
+func (n *Netlink) EnsureLink() error {
+	link, err := n.h.LinkByName(n.name)
+	if err == nil {
+		return n.adopt(link)
+	}
+	if !isLinkNotFound(err) {
+		return fmt.Errorf("look up link %s: %w", n.name, err)
+	}
+	err = n.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: n.name}})
+	switch {
+	case err == nil, errors.Is(err, unix.EEXIST):
+		// EEXIST: created concurrently; adopt checks it is a dummy.
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("create dummy link %s: the kernel has no dummy link driver; load kernel module dummy (modprobe dummy): %w", n.name, err)
+	default:
+		return fmt.Errorf("create dummy link %s: %w", n.name, err)
+	}
+	link, err = n.h.LinkByName(n.name)
+	if err != nil {
+		return fmt.Errorf("look up link %s after creating it: %w", n.name, err)
+	}
+	return n.adopt(link)
+}
+
+// adopt checks link is a dummy and caches its index.
+func (n *Netlink) adopt(link netlink.Link) error {
+	if t := link.Type(); t != "dummy" {
+		return fmt.Errorf("link %s exists but is of type %q, not dummy; refusing to use it (rename or remove it)", n.name, t)
+	}
+	n.mu.Lock()
+	n.index = link.Attrs().Index
+	n.mu.Unlock()
+	return nil
+}
+
+// DeleteLink removes the dummy link, and with it every address on it. A
+// missing link is success; a non-dummy link of that name is left alone.
+func (n *Netlink) DeleteLink() error {
+	link, err := n.h.LinkByName(n.name)
+	if isLinkNotFound(err) {
+		n.forget(0)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up link %s: %w", n.name, err)
+	}
+	if t := link.Type(); t != "dummy" {
+		return fmt.Errorf("link %s is of type %q, not dummy; not deleting it", n.name, t)
+	}
+	if err := n.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s: %w", n.name, err)
+	}
+	n.forget(0)
+	return nil
+}
+
+// linkIndex returns the cached index, looking the link up when unknown.
+func (n *Netlink) linkIndex() (int, error) {
+	n.mu.Lock()
+	idx := n.index
+	n.mu.Unlock()
+	if idx != 0 {
+		return idx, nil
+	}
+	link, err := n.h.LinkByName(n.name)
+	if isLinkNotFound(err) {
+		return 0, fmt.Errorf("link %s: %w", n.name, ErrNoLink)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up link %s: %w", n.name, err)
+	}
+	if err := n.adopt(link); err != nil {
+		return 0, err
+	}
+	return link.Attrs().Index, nil
+}
+
+// forget drops the cached index if it is still stale (0 drops any).
+func (n *Netlink) forget(stale int) {
+	n.mu.Lock()
+	if stale == 0 || n.index == stale {
+		n.index = 0
+	}
+	n.mu.Unlock()
+}
+
+// withLink runs op against the link, re-resolving the index once when the
+// cached one no longer names a device.
+func (n *Netlink) withLink(op func(link netlink.Link) error) error {
+	idx, err := n.linkIndex()
+	if err != nil {
+		return err
+	}
+	err = op(n.linkRef(idx))
+	if !errors.Is(err, unix.ENODEV) {
+		return err
+	}
+	n.forget(idx)
+	if idx, err = n.linkIndex(); err != nil {
+		return err
+	}
+	return op(n.linkRef(idx))
+}
+
+// linkRef is a Link value carrying only what address requests need, so
+// they do not trigger a lookup inside the netlink library.
+func (n *Netlink) linkRef(idx int) netlink.Link {
+	return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: n.name, Index: idx}}
+}
+
+// AddAddress binds addr as a host route (/32 or /128). IPv6 addresses are
+// added with IFA_F_NODAD: duplicate address detection needs the link up,
+// so on a down link that is not NOARP (someone ran `ip link set arp on`)
+// an IPv6 address would otherwise stay tentative, unusable, forever.
+func (n *Netlink) AddAddress(addr netip.Addr) error {
+	a, err := toNetlinkAddr(addr)
+	if err != nil {
+		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
+	}
+	err = n.withLink(func(link netlink.Link) error { return n.h.AddrAdd(link, a) })
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
+	}
+	return nil
+}
+
+// DeleteAddress unbinds addr. An address that is not bound, or a link that
+// does not exist, is success: either way the address is not there.
+func (n *Netlink) DeleteAddress(addr netip.Addr) error {
+	a, err := toNetlinkAddr(addr)
+	if err != nil {
+		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
+	}
+	err = n.withLink(func(link netlink.Link) error { return n.h.AddrDel(link, a) })
+	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, ErrNoLink) {
+		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
+	}
+	return nil
+}
+
+// ListAddresses dumps the addresses bound on the link, sorted. A missing
+// link is an error wrapping ErrNoLink.
+func (n *Netlink) ListAddresses() ([]netip.Addr, error) {
+	idx, err := n.linkIndex()
+	if err != nil {
+		return nil, err
+	}
+	all, err := n.dumpAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s: %w", n.name, err)
+	}
+	return collect(all, func(i int) bool { return i == idx }), nil
+}
+
+// LocalAddresses returns, sorted and deduplicated, every address on every
+// interface except the dummy link — loopback (127.0.0.1, ::1) and IPv6
+// link-local addresses included. Returning everything keeps this a plain
+// fact about the node: the external-IP "already local?" check wants all of
+// them, while NodePort wants non-loopback ones and filters itself
+// (addr.IsLoopback, addr.IsLinkLocalUnicast). If the dummy link does not
+// exist, nothing is excluded.
+func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
+	idx, err := n.linkIndex()
+	if err != nil && !errors.Is(err, ErrNoLink) {
+		return nil, err
+	}
+	all, err := n.dumpAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list local addresses: %w", err)
+	}
+	return collect(all, func(i int) bool { return i != idx }), nil
+}
+
+// dumpAddrs dumps every address of every link in one request; the kernel
+// has no per-link address dump, so filtering by index happens here.
+func (n *Netlink) dumpAddrs() ([]netlink.Addr, error) {
+	var err error
+	for range dumpRetries {
+		var all []netlink.Addr
+		all, err = n.h.AddrList(nil, netlink.FAMILY_ALL)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return all, err
+		}
+	}
+	return nil, err
+}
+
+// collect converts the addresses of the links keep selects.
+func collect(all []netlink.Addr, keep func(linkIndex int) bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(all))
+	for _, a := range all {
+		if !keep(a.LinkIndex) {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// toNetlinkAddr builds the host-route address for addr. IPv4-mapped IPv6
+// addresses are unmapped and zones dropped: the kernel stores neither.
+func toNetlinkAddr(addr netip.Addr) (*netlink.Addr, error) {
+	if !addr.IsValid() {
+		return nil, errors.New("invalid address")
+	}
+	addr = addr.Unmap().WithZone("")
+	bits := addr.BitLen()
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
+	if addr.Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	return a, nil
+}
+
+func isLinkNotFound(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
+}
