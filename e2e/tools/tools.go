@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the Kubernetes commands the e2e sandbox builds
+// (kube-apiserver, and kube-proxy for benchmarks) so go.sum covers them.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+)
