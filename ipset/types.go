@@ -15,13 +15,13 @@ type Type string
 
 // The set types kube-proxy's IPVS mode uses.
 const (
-	HashIP           Type = "hash:ip"
-	HashIPPort       Type = "hash:ip,port"
-	HashIPPortIP     Type = "hash:ip,port,ip"
-	HashIPPortNet    Type = "hash:ip,port,net"
-	BitmapPort       Type = "bitmap:port"
-	DefaultHashSize       = 1024
-	DefaultMaxElem        = 65536
+	HashIP          Type = "hash:ip"
+	HashIPPort      Type = "hash:ip,port"
+	HashIPPortIP    Type = "hash:ip,port,ip"
+	HashIPPortNet   Type = "hash:ip,port,net"
+	BitmapPort      Type = "bitmap:port"
+	DefaultHashSize      = 1024
+	DefaultMaxElem       = 65536
 )
 
 // Family is the address family of a hash set ("inet" or "inet6"); bitmap
@@ -41,9 +41,15 @@ type Set struct {
 	Family   Family // ignored for bitmap:port
 	HashSize uint32 // hash types; 0 means DefaultHashSize
 	MaxElem  uint32 // hash types; 0 means DefaultMaxElem
-	// PortFrom/PortTo is the range of a bitmap:port set (kube-proxy: 0-65535).
+	// PortFrom/PortTo is the range of a bitmap:port set (kube-proxy:
+	// 0-65535); 0-0 means 0-65535.
 	PortFrom, PortTo uint16
-	Comment          string
+	// Comment, when not empty, creates the set with the comment extension
+	// and stamps every entry added through this package with it, as
+	// kube-proxy does, so `ipset save` reads the same after a migration.
+	// The kernel keeps comments per entry, so ListSets reports a set's
+	// Comment only when this Interface ensured that set.
+	Comment string
 }
 
 // Entry is one member of a set. Which fields are used depends on the set
@@ -69,7 +75,12 @@ func (e Entry) Format(t Type) string {
 	case HashIPPortIP:
 		return fmt.Sprintf("%s,%s:%d,%s", e.IP, e.Protocol, e.Port, e.IP2)
 	case HashIPPortNet:
-		return fmt.Sprintf("%s,%s:%d,%s", e.IP, e.Protocol, e.Port, e.Net)
+		// ipset prints a host-length net as a bare address.
+		n := e.Net.String()
+		if e.Net.IsValid() && e.Net.IsSingleIP() {
+			n = e.Net.Addr().String()
+		}
+		return fmt.Sprintf("%s,%s:%d,%s", e.IP, e.Protocol, e.Port, n)
 	case BitmapPort:
 		return fmt.Sprintf("%d", e.Port)
 	}
@@ -90,7 +101,8 @@ type Interface interface {
 	AddEntry(set string, e Entry) error
 	// DeleteEntry deletes e; deleting an absent entry is not an error.
 	DeleteEntry(set string, e Entry) error
-	// DestroySet removes a set (used by cleanup and after a swap).
+	// DestroySet removes a set (used by cleanup and after a swap);
+	// destroying an absent set is not an error.
 	DestroySet(set string) error
 	// SwapSets atomically exchanges the contents and headers of two sets of
 	// the same type.

@@ -1,0 +1,271 @@
+package ipset
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Verbs name the operations of Interface, for Fake's counters and its
+// Inject hook. One verb per method, so a test can assert, say, that the
+// incremental path never dumps the kernel (Count(VerbList) == 0).
+const (
+	VerbEnsure   = "ensure"   // EnsureSet
+	VerbListSets = "listsets" // ListSets
+	VerbList     = "list"     // ListEntries
+	VerbAdd      = "add"      // AddEntry
+	VerbDel      = "del"      // DeleteEntry
+	VerbDestroy  = "destroy"  // DestroySet
+	VerbSwap     = "swap"     // SwapSets
+)
+
+// Fake is an in-memory Interface for the engine's unit tests. It applies
+// the kernel's rules (maxelem, type and family checks, bitmap ranges,
+// idempotent add and delete) and String prints what `ipset save` prints.
+// The zero value is an empty kernel; a Fake is safe for concurrent use.
+type Fake struct {
+	// Inject, when not nil, is called before every operation with its verb
+	// (VerbAdd ...), the set it names ("" for ListSets; the first set for
+	// SwapSets) and the entry for VerbAdd/VerbDel (else nil). A non-nil
+	// result fails the operation with that error and changes nothing; the
+	// call is still counted. Set it while no operation is in flight.
+	Inject func(verb, set string, e *Entry) error
+
+	mu     sync.Mutex
+	sets   map[string]*fakeSet
+	counts map[string]int
+}
+
+type fakeSet struct {
+	hdr     Set
+	entries map[Entry]struct{}
+}
+
+var _ Interface = (*Fake)(nil)
+
+// NewFake returns an empty Fake.
+func NewFake() *Fake { return &Fake{} }
+
+// begin takes the lock, counts the call and consults Inject. The caller
+// must unlock when begin returns nil and also when it returns an error.
+func (f *Fake) begin(verb, set string, e *Entry) error {
+	f.mu.Lock()
+	if f.counts == nil {
+		f.counts = map[string]int{}
+		f.sets = map[string]*fakeSet{}
+	}
+	f.counts[verb]++
+	if f.Inject == nil {
+		return nil
+	}
+	var arg *Entry
+	if e != nil {
+		c := *e // the hook must not be able to alter the operation
+		arg = &c
+	}
+	return f.Inject(verb, set, arg)
+}
+
+// EnsureSet implements Interface.
+func (f *Fake) EnsureSet(s Set) error {
+	defer f.mu.Unlock()
+	s = s.normalize()
+	if err := f.begin(VerbEnsure, s.Name, nil); err != nil {
+		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+	}
+	if err := s.validate(); err != nil {
+		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+	}
+	if have, ok := f.sets[s.Name]; ok {
+		if have.hdr.Type != s.Type || have.hdr.Family != s.Family {
+			return mismatchError(have.hdr, s)
+		}
+		return nil // like the kernel: the existing header is kept
+	}
+	f.sets[s.Name] = &fakeSet{hdr: s, entries: map[Entry]struct{}{}}
+	return nil
+}
+
+// ListSets implements Interface. Sets come sorted by name.
+func (f *Fake) ListSets() ([]Set, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(VerbListSets, "", nil); err != nil {
+		return nil, opError(VerbListSets, "", "", nil, err)
+	}
+	out := make([]Set, 0, len(f.sets))
+	for _, name := range slices.Sorted(maps.Keys(f.sets)) {
+		out = append(out, f.sets[name].hdr)
+	}
+	return out, nil
+}
+
+// ListEntries implements Interface. Entries come sorted.
+func (f *Fake) ListEntries(set string) ([]Entry, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(VerbList, set, nil); err != nil {
+		return nil, opError(VerbList, set, "", nil, err)
+	}
+	s, ok := f.sets[set]
+	if !ok {
+		return nil, opError(VerbList, set, "", nil, ErrSetNotFound)
+	}
+	return s.sorted(), nil
+}
+
+// AddEntry implements Interface.
+func (f *Fake) AddEntry(set string, e Entry) error {
+	return f.addDel(VerbAdd, set, e)
+}
+
+// DeleteEntry implements Interface.
+func (f *Fake) DeleteEntry(set string, e Entry) error {
+	return f.addDel(VerbDel, set, e)
+}
+
+func (f *Fake) addDel(verb, set string, e Entry) error {
+	defer f.mu.Unlock()
+	err := f.begin(verb, set, &e)
+	s, ok := f.sets[set]
+	var t Type
+	if ok {
+		t = s.hdr.Type
+	}
+	switch {
+	case err != nil:
+	case !ok:
+		err = ErrSetNotFound
+	default:
+		e, err = normalizeEntry(s.hdr, e)
+	}
+	if err != nil {
+		return opError(verb, set, t, &e, err)
+	}
+	_, present := s.entries[e]
+	switch {
+	case verb == VerbDel:
+		delete(s.entries, e)
+	case present:
+	case s.hdr.Type.isHash() && uint32(len(s.entries)) >= s.hdr.MaxElem:
+		return opError(verb, set, t, &e, ErrHashFull)
+	default:
+		s.entries[e] = struct{}{}
+	}
+	return nil
+}
+
+// DestroySet implements Interface.
+func (f *Fake) DestroySet(set string) error {
+	defer f.mu.Unlock()
+	if err := f.begin(VerbDestroy, set, nil); err != nil {
+		return opError(VerbDestroy, set, "", nil, err)
+	}
+	delete(f.sets, set)
+	return nil
+}
+
+// SwapSets implements Interface. Like the kernel, it requires both sets to
+// exist and to share type and family; bitmap ranges may differ.
+func (f *Fake) SwapSets(a, b string) error {
+	defer f.mu.Unlock()
+	if err := f.begin(VerbSwap, a, nil); err != nil {
+		return opError(VerbSwap, a, "", nil, err)
+	}
+	sa, okA := f.sets[a]
+	sb, okB := f.sets[b]
+	switch {
+	case !okA:
+		return opError(VerbSwap, a, "", nil, ErrSetNotFound)
+	case !okB:
+		return opError(VerbSwap, b, "", nil, ErrSetNotFound)
+	case sa.hdr.Type != sb.hdr.Type || sa.hdr.Family != sb.hdr.Family:
+		return opError(VerbSwap, a, "", nil, fmt.Errorf(
+			"the sets cannot be swapped: %s is %s, %s is %s",
+			a, sa.hdr.describe(), b, sb.hdr.describe()))
+	}
+	// Names stay; everything else moves, as IPSET_CMD_SWAP does.
+	sa.hdr.Name, sb.hdr.Name = b, a
+	f.sets[a], f.sets[b] = sb, sa
+	return nil
+}
+
+// Count returns how many times the operation verb (VerbAdd ...) was
+// called since the last ResetCounts, failed calls included.
+func (f *Fake) Count(verb string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[verb]
+}
+
+// Counts returns a copy of every verb's count.
+func (f *Fake) Counts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.counts)
+}
+
+// ResetCounts zeroes every counter, e.g. after a test's setup.
+func (f *Fake) ResetCounts() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.counts)
+}
+
+// Entries returns the entries of set formatted as `ipset save` prints
+// them (without the comment), sorted; nil when the set does not exist.
+// It is not counted.
+func (f *Fake) Entries(set string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sets[set]
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for _, e := range s.sorted() {
+		out = append(out, e.Format(s.hdr.Type))
+	}
+	return out
+}
+
+// String prints the sets as `ipset save` does on kernel 6.1, sorted by
+// name, entries sorted, without the kernel's random bucketsize/initval.
+func (f *Fake) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(f.sets)) {
+		s := f.sets[name]
+		b.WriteString(s.hdr.saveHeader())
+		b.WriteByte('\n')
+		for _, e := range s.sorted() {
+			fmt.Fprintf(&b, "add %s %s", name, e.Format(s.hdr.Type))
+			if s.hdr.Comment != "" {
+				// Raw, as ipset prints it; validComment keeps quotes out.
+				fmt.Fprintf(&b, " comment \"%s\"", s.hdr.Comment)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// saveHeader is the `create` line of `ipset save` for a normalized Set.
+func (s Set) saveHeader() string {
+	var h string
+	if s.Type == BitmapPort {
+		h = fmt.Sprintf("create %s %s range %d-%d", s.Name, s.Type, s.PortFrom, s.PortTo)
+	} else {
+		h = fmt.Sprintf("create %s %s family %s hashsize %d maxelem %d",
+			s.Name, s.Type, s.Family, s.HashSize, s.MaxElem)
+	}
+	if s.Comment != "" {
+		h += " comment"
+	}
+	return h
+}
+
+func (s *fakeSet) sorted() []Entry {
+	return slices.SortedFunc(maps.Keys(s.entries), compareEntries)
+}
