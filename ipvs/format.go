@@ -66,20 +66,21 @@ func serviceArg(k ServiceKey) string {
 	return opt + " " + RealKey{Address: k.Address, Port: k.Port}.String()
 }
 
-// serviceOptions prints what follows "-s <scheduler>", in ipvsadm's order:
-// scheduler flags (-b), persistence (-p), one-packet scheduling (-o).
+// serviceOptions prints what follows "-s <scheduler>", in ipvsadm's order
+// (checked against ipvsadm 1.31): persistence (-p), one-packet scheduling
+// (-o), scheduler flags (-b).
 // The persistence netmask (-M) is never printed because the adapters
 // always program the per-client default.
 func serviceOptions(vs VirtualServer) string {
 	var b strings.Builder
-	if names := schedFlagNames(vs.Scheduler, vs.Flags); len(names) > 0 {
-		b.WriteString(" -b " + strings.Join(names, ","))
-	}
 	if vs.Flags&FlagPersistent != 0 {
 		fmt.Fprintf(&b, " -p %d", vs.Timeout)
 	}
 	if vs.Flags&FlagOnePacket != 0 {
 		b.WriteString(" -o")
+	}
+	if names := schedFlagNames(vs.Scheduler, vs.Flags); len(names) > 0 {
+		b.WriteString(" -b " + strings.Join(names, ","))
 	}
 	return b.String()
 }
