@@ -144,6 +144,12 @@ func (n *Netlink) linkIndex() (int, error) {
 	return link.Attrs().Index, nil
 }
 
+// freshIndex looks the link up by name, refreshing the cache.
+func (n *Netlink) freshIndex() (int, error) {
+	n.forget(0)
+	return n.linkIndex()
+}
+
 // forget drops the cached index if it is still stale (0 drops any).
 func (n *Netlink) forget(stale int) {
 	n.mu.Lock()
@@ -178,9 +184,12 @@ func (n *Netlink) linkRef(idx int) netlink.Link {
 }
 
 // AddAddress binds addr as a host route (/32 or /128). IPv6 addresses are
-// added with IFA_F_NODAD: duplicate address detection needs the link up,
-// so on a down link that is not NOARP (someone ran `ip link set arp on`)
-// an IPv6 address would otherwise stay tentative, unusable, forever.
+// added with IFA_F_NODAD (`ip` shows "nodad"), because a tentative address
+// cannot be used and a service address is never announced, so there is
+// nothing to detect. Kernel 6.1 skips DAD on this down NOARP link anyway
+// (the sandbox tests check ours are never tentative, even with the link
+// up and ARP on); the flag is a free guard for kernels and link settings
+// we have not tested.
 func (n *Netlink) AddAddress(addr netip.Addr) error {
 	a, err := toNetlinkAddr(addr)
 	if err != nil {
@@ -208,9 +217,11 @@ func (n *Netlink) DeleteAddress(addr netip.Addr) error {
 }
 
 // ListAddresses dumps the addresses bound on the link, sorted. A missing
-// link is an error wrapping ErrNoLink.
+// link is an error wrapping ErrNoLink. It looks the link up by name first
+// (one request; this is the full-pass path, not the hot one): with a stale
+// cached index the dump would silently come back empty.
 func (n *Netlink) ListAddresses() ([]netip.Addr, error) {
-	idx, err := n.linkIndex()
+	idx, err := n.freshIndex()
 	if err != nil {
 		return nil, err
 	}
@@ -227,9 +238,10 @@ func (n *Netlink) ListAddresses() ([]netip.Addr, error) {
 // fact about the node: the external-IP "already local?" check wants all of
 // them, while NodePort wants non-loopback ones and filters itself
 // (addr.IsLoopback, addr.IsLinkLocalUnicast). If the dummy link does not
-// exist, nothing is excluded.
+// exist, nothing is excluded. Like ListAddresses it looks the link up
+// afresh, so a recreated link's addresses are never reported as local.
 func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
-	idx, err := n.linkIndex()
+	idx, err := n.freshIndex()
 	if err != nil && !errors.Is(err, ErrNoLink) {
 		return nil, err
 	}
