@@ -290,4 +290,3 @@ func sortedLines(s string) []string {
 	slices.Sort(out)
 	return out
 }
-
