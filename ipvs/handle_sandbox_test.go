@@ -204,16 +204,16 @@ func assertSame(t *testing.T, h *Handle, f *Fake) {
 }
 
 var (
-	web   = svc(TCP, "10.96.0.1:443")
-	dns   = svc(UDP, "10.96.0.10:53")
-	sctp  = svc(SCTP, "10.96.0.11:9")
-	shSvc = svc(TCP, "10.96.0.12:80")
-	mhSvc = svc(UDP, "10.96.0.13:80")
+	web     = svc(TCP, "10.96.0.1:443")
+	dns     = svc(UDP, "10.96.0.10:53")
+	sctp    = svc(SCTP, "10.96.0.11:9")
+	shSvc   = svc(TCP, "10.96.0.12:80")
+	mhSvc   = svc(UDP, "10.96.0.13:80")
 	flagSvc = svc(TCP, "10.96.0.14:80")
-	ops   = svc(UDP, "10.96.0.15:53")
-	web6  = svc(TCP, "[fd00::1]:443")
-	dns6  = svc(UDP, "[fd00::a]:53")
-	gone  = svc(TCP, "10.96.0.99:80")
+	ops     = svc(UDP, "10.96.0.15:53")
+	web6    = svc(TCP, "[fd00::1]:443")
+	dns6    = svc(UDP, "[fd00::a]:53")
+	gone    = svc(TCP, "10.96.0.99:80")
 )
 
 func TestSandboxFakeMatchesKernel(t *testing.T) {
