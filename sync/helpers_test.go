@@ -1,0 +1,214 @@
+package sync
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+const testNode = "node-a"
+
+var testConfig = Config{NodeName: testNode, Scheduler: "rr", IPv4: true, IPv6: true}
+
+// svc builds a ClusterIP Service; ports are "name:port/PROTO" or "port".
+func svc(ns, name, clusterIP string, ports ...string) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}},
+	}
+	for _, p := range ports {
+		var sp v1.ServicePort
+		sp.Protocol = v1.ProtocolTCP
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			sp.Protocol = v1.Protocol(p[i+1:])
+			p = p[:i]
+		}
+		if i := strings.IndexByte(p, ':'); i >= 0 {
+			sp.Name = p[:i]
+			p = p[i+1:]
+		}
+		fmt.Sscan(p, &sp.Port)
+		s.Spec.Ports = append(s.Spec.Ports, sp)
+	}
+	return s
+}
+
+// ep is one endpoint of a slice.
+type ep struct {
+	ip          string
+	node        string
+	notReady    bool
+	terminating bool
+}
+
+// slice builds an EndpointSlice for service name with one port.
+func slice(ns, svcName, sliceName, portName string, port int32, proto v1.Protocol, eps ...ep) *discovery.EndpointSlice {
+	fam := discovery.AddressTypeIPv4
+	if len(eps) > 0 && strings.Contains(eps[0].ip, ":") {
+		fam = discovery.AddressTypeIPv6
+	}
+	s := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sliceName,
+			Labels: map[string]string{discovery.LabelServiceName: svcName}},
+		AddressType: fam,
+		Ports:       []discovery.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(proto)}},
+	}
+	for _, e := range eps {
+		d := discovery.Endpoint{Addresses: []string{e.ip}, Conditions: discovery.EndpointConditions{
+			Ready: ptr.To(!e.notReady), Serving: ptr.To(!e.notReady || e.terminating), Terminating: ptr.To(e.terminating)}}
+		if e.node != "" {
+			d.NodeName = ptr.To(e.node)
+		}
+		s.Endpoints = append(s.Endpoints, d)
+	}
+	return s
+}
+
+// kernel is a fake node: IPVS, kube-ipvs0 and ipsets in memory.
+type kernel struct {
+	ipvs  *ipvs.Fake
+	dummy *dummyif.Fake
+	ipset *ipset.Fake
+}
+
+func newKernel(t testing.TB) *kernel {
+	t.Helper()
+	k := &kernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
+	if err := k.dummy.EnsureLink(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range OwnedSets(true, true) {
+		if err := k.ipset.EnsureSet(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.resetCounts()
+	return k
+}
+
+func (k *kernel) Kernel() Kernel { return Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset} }
+
+func (k *kernel) resetCounts() {
+	k.ipvs.ResetCounts()
+	k.dummy.ResetCounts()
+	k.ipset.ResetCounts()
+}
+
+// writes counts the kernel writes since the last reset, by verb.
+func (k *kernel) writes() map[string]int {
+	out := map[string]int{}
+	for _, c := range []map[string]int{k.ipvs.Counts(), k.dummy.Counts(), k.ipset.Counts()} {
+		for verb, n := range c {
+			if isWrite(verb) && n > 0 {
+				out[verb] += n
+			}
+		}
+	}
+	return out
+}
+
+// reads counts the list/dump calls since the last reset.
+func (k *kernel) reads() int {
+	n := 0
+	for _, c := range []map[string]int{k.ipvs.Counts(), k.dummy.Counts(), k.ipset.Counts()} {
+		for verb, v := range c {
+			if strings.HasPrefix(strings.ToLower(verb), "list") || verb == "GetTimeouts" {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func isWrite(verb string) bool {
+	v := strings.ToLower(verb)
+	return strings.HasPrefix(v, "add") || strings.HasPrefix(v, "del") || strings.HasPrefix(v, "update")
+}
+
+// ipsetEntries prints the add lines of the owned sets, like `ipset save | grep ^add`.
+func (k *kernel) ipsetEntries() string {
+	var b strings.Builder
+	for _, line := range strings.Split(k.ipset.String(), "\n") {
+		if strings.HasPrefix(line, "add ") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// engine is a Reconciler on a fake kernel plus the objects it is fed.
+type engine struct {
+	t        testing.TB
+	k        *kernel
+	rec      *Reconciler
+	services map[string]*v1.Service
+	slices   map[string][]*discovery.EndpointSlice
+}
+
+func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
+	var sets []string
+	for _, s := range OwnedSets(true, true) {
+		sets = append(sets, s.Name)
+	}
+	return &engine{t: t, k: k, rec: NewReconciler(k.Kernel(), sets, exclude),
+		services: map[string]*v1.Service{}, slices: map[string][]*discovery.EndpointSlice{}}
+}
+
+func (e *engine) want(key string) *ServiceState {
+	st, _ := BuildService(e.services[key], e.slices[key], &testConfig)
+	return &st
+}
+
+// apply records the objects and syncs their service incrementally.
+func (e *engine) apply(s *v1.Service, sl ...*discovery.EndpointSlice) {
+	e.t.Helper()
+	key := s.Namespace + "/" + s.Name
+	e.services[key] = s
+	e.slices[key] = sl
+	if err := e.rec.Sync(key, e.want(key)); err != nil {
+		e.t.Fatalf("sync %s: %v", key, err)
+	}
+}
+
+func (e *engine) remove(key string) {
+	e.t.Helper()
+	delete(e.services, key)
+	delete(e.slices, key)
+	if err := e.rec.Sync(key, e.want(key)); err != nil {
+		e.t.Fatalf("sync %s: %v", key, err)
+	}
+}
+
+func (e *engine) full() FullSyncResult {
+	e.t.Helper()
+	want := map[string]*ServiceState{}
+	for k := range e.services {
+		want[k] = e.want(k)
+	}
+	res, err := e.rec.FullSync(want)
+	if err != nil {
+		e.t.Fatalf("full sync: %v", err)
+	}
+	if len(res.Failed) > 0 || res.Prune != nil {
+		e.t.Fatalf("full sync failures: %v prune: %v", res.Failed, res.Prune)
+	}
+	return res
+}
+
+func assertText(t testing.TB, what, got, want string) {
+	t.Helper()
+	if strings.TrimSpace(got) != strings.TrimSpace(want) {
+		t.Errorf("%s:\n--- got ---\n%s\n--- want ---\n%s", what, got, want)
+	}
+}

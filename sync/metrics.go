@@ -1,0 +1,128 @@
+package sync
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the sync's Prometheus metrics. The kubeproxy_* names are
+// kube-proxy's, so dashboards and alerts built for its IPVS mode keep
+// working; ipvsproxy_* are ipvsproxy's own.
+type Metrics struct {
+	SyncDuration       prometheus.Histogram
+	NetworkProgramming prometheus.Histogram
+	LastSync           prometheus.Gauge
+	LastQueued         prometheus.Gauge
+	EndpointChanges    prometheus.Counter
+	EndpointPending    prometheus.Gauge
+	ServiceChanges     prometheus.Counter
+	ServicePending     prometheus.Gauge
+	Syncs              *prometheus.CounterVec
+	SyncFailures       prometheus.Counter
+	KernelOps          *prometheus.CounterVec
+	ServicesProgrammed prometheus.Gauge
+	NoLocalEndpoints   *prometheus.CounterVec
+	RestoreFailures    prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: not
+// registered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms … 16 s
+	m := &Metrics{
+		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "duration_seconds",
+			Help: "SyncProxyRules latency in seconds", Buckets: buckets}),
+		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
+			Help:    "In Cluster Network Programming Latency in seconds (from the oldest change queued to the kernel holding it)",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}),
+		LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "last_timestamp_seconds",
+			Help: "The last time proxy rules were successfully synced"}),
+		LastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "last_queued_timestamp_seconds",
+			Help: "The last time a sync of proxy rules was queued"}),
+		EndpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "endpoint_changes_total",
+			Help: "Cumulative proxy rules Endpoint changes"}),
+		EndpointPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "endpoint_changes_pending",
+			Help: "Pending proxy rules Endpoint changes"}),
+		ServiceChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "service_changes_total",
+			Help: "Cumulative proxy rules Service changes"}),
+		ServicePending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "service_changes_pending",
+			Help: "Pending proxy rules Service changes"}),
+		NoLocalEndpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "no_local_endpoints_total",
+			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"}),
+		RestoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "iptables_restore_failures_total",
+			Help: "Cumulative proxy iptables restore failures"}),
+		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ipvsproxy", Name: "syncs_total",
+			Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"}),
+		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ipvsproxy", Name: "sync_failed_services_total",
+			Help: "Service syncs that failed and were queued for retry"}),
+		KernelOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ipvsproxy", Name: "kernel_ops_total",
+			Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"}),
+		ServicesProgrammed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ipvsproxy", Name: "services_programmed",
+			Help: "Services with kernel state applied, as of the last full pass"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.SyncDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
+			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
+			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.KernelOps,
+			m.ServicesProgrammed)
+	}
+	return m
+}
+
+func (m *Metrics) observeOp(op Op, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.KernelOps.WithLabelValues(op.Object, op.Verb, result).Inc()
+}
+
+// changed counts one recorded change. The pending gauges are approximate
+// (changes since the last batch), which is what they mean in kube-proxy.
+func (m *Metrics) changed(endpoints bool, at time.Time) {
+	if endpoints {
+		m.EndpointChanges.Inc()
+		m.EndpointPending.Inc()
+	} else {
+		m.ServiceChanges.Inc()
+		m.ServicePending.Inc()
+	}
+	m.LastQueued.Set(float64(at.UnixNano()) / 1e9)
+}
+
+func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed, stillQueued int) {
+	kind := "incremental"
+	if full {
+		kind = "full"
+	}
+	m.Syncs.WithLabelValues(kind).Inc()
+	m.SyncDuration.Observe(end.Sub(start).Seconds())
+	m.SyncFailures.Add(float64(failed))
+	if failed == 0 {
+		m.LastSync.Set(float64(end.UnixNano()) / 1e9)
+		if queuedAt != 0 {
+			m.NetworkProgramming.Observe(end.Sub(time.Unix(0, queuedAt)).Seconds())
+		}
+	}
+	if stillQueued == 0 {
+		m.EndpointPending.Set(0)
+		m.ServicePending.Set(0)
+	}
+}
+
+func (m *Metrics) services(n int) { m.ServicesProgrammed.Set(float64(n)) }

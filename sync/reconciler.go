@@ -1,0 +1,343 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// Kernel bundles the kernel adapters the reconciler drives.
+type Kernel struct {
+	IPVS  ipvs.Interface
+	Dummy dummyif.Interface
+	IPSet ipset.Interface
+}
+
+// Op names one kind of kernel write, for metrics and logs.
+type Op struct {
+	Object string // "virtual_server", "real_server", "address", "set_entry"
+	Verb   string // "add", "update", "delete"
+}
+
+// Reconciler applies per-service desired states to the kernel and
+// remembers, per service key, exactly what the kernel accepted. Objects
+// shared by several services (an address used by two ports of one Service
+// is one object; two Services may share a set entry) are reference counted,
+// so they are created by the first user and removed with the last.
+//
+// The applied record only changes when the kernel accepted an op: after a
+// failure it still says what is really there, and the next Sync for that
+// key issues exactly the ops that remain.
+//
+// A Reconciler is not safe for concurrent use; the Runner serialises it.
+type Reconciler struct {
+	kernel  Kernel
+	exclude []netip.Prefix // never prune virtual servers or addresses in these
+	sets    []string       // the sets whose entries ipvsproxy owns
+
+	applied   map[string]*ServiceState
+	addrRefs  map[netip.Addr]int32
+	entryRefs map[SetEntry]int32
+	vsOwner   map[ipvs.ServiceKey]string
+
+	// OnOp, when set, is told of every kernel write and its outcome.
+	OnOp func(op Op, err error)
+}
+
+// NewReconciler returns a Reconciler with an empty applied record. The
+// first FullSync adopts whatever the kernel already holds.
+func NewReconciler(k Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
+	return &Reconciler{
+		kernel:    k,
+		exclude:   exclude,
+		sets:      ownedSets,
+		applied:   map[string]*ServiceState{},
+		addrRefs:  map[netip.Addr]int32{},
+		entryRefs: map[SetEntry]int32{},
+		vsOwner:   map[ipvs.ServiceKey]string{},
+	}
+}
+
+// Applied returns what the reconciler believes the kernel holds for key.
+func (r *Reconciler) Applied(key string) *ServiceState { return r.applied[key] }
+
+// Keys returns the number of service keys with applied kernel state.
+func (r *Reconciler) Keys() int { return len(r.applied) }
+
+// ErrConflict marks a virtual server another service already programs.
+var ErrConflict = errors.New("virtual server is already programmed for another service")
+
+func (r *Reconciler) observe(object, verb string, err error) error {
+	if r.OnOp != nil {
+		r.OnOp(Op{Object: object, Verb: verb}, err)
+	}
+	return err
+}
+
+// Sync makes the kernel hold want for key, touching only the objects in
+// which want differs from what was applied for key before. An empty want
+// removes the key's objects. It never lists the kernel.
+func (r *Reconciler) Sync(key string, want *ServiceState) error {
+	have := r.applied[key]
+	if have == nil {
+		have = &ServiceState{}
+	}
+	if want == nil {
+		want = &ServiceState{}
+	}
+	var errs []error
+	got := &ServiceState{
+		Addresses:      make([]netip.Addr, 0, len(want.Addresses)),
+		VirtualServers: make([]VirtualServerState, 0, len(want.VirtualServers)),
+		Entries:        make([]SetEntry, 0, len(want.Entries)),
+	}
+
+	// Bind new addresses first, so a new virtual server answers at once.
+	var unbind []netip.Addr
+	mergeWalk(have.Addresses, want.Addresses, netip.Addr.Compare,
+		func(a netip.Addr) { unbind = append(unbind, a) },
+		func(a netip.Addr) {
+			if err := r.bind(a); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got.Addresses = append(got.Addresses, a)
+		},
+		func(a, _ netip.Addr) { got.Addresses = append(got.Addresses, a) })
+
+	mergeWalk(have.VirtualServers, want.VirtualServers, compareVSS,
+		func(o VirtualServerState) {
+			if err := r.deleteVS(key, o); err != nil {
+				errs = append(errs, err)
+				got.VirtualServers = append(got.VirtualServers, o)
+			}
+		},
+		func(n VirtualServerState) {
+			s, added, err := r.addVS(key, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if added {
+				got.VirtualServers = append(got.VirtualServers, s)
+			}
+		},
+		func(o, n VirtualServerState) {
+			s, err := r.updateVS(o, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			got.VirtualServers = append(got.VirtualServers, s)
+		})
+
+	mergeWalk(have.Entries, want.Entries, compareSetEntry,
+		func(e SetEntry) {
+			if err := r.removeEntry(e); err != nil {
+				errs = append(errs, err)
+				got.Entries = append(got.Entries, e)
+			}
+		},
+		func(e SetEntry) {
+			if err := r.addEntry(e); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got.Entries = append(got.Entries, e)
+		},
+		func(e, _ SetEntry) { got.Entries = append(got.Entries, e) })
+
+	// Unbind last: the virtual servers on these addresses are gone by now.
+	kept := false
+	for _, a := range unbind {
+		if err := r.unbind(a); err != nil {
+			errs = append(errs, err)
+			got.Addresses = append(got.Addresses, a)
+			kept = true
+		}
+	}
+	if kept {
+		slices.SortFunc(got.Addresses, netip.Addr.Compare)
+	}
+	// A service whose removal failed keeps the entries it could not drop,
+	// in the order the merge walk produced them, which is already sorted.
+	if got.Empty() {
+		delete(r.applied, key)
+	} else {
+		r.applied[key] = got
+	}
+	return errors.Join(errs...)
+}
+
+func compareVSS(a, b VirtualServerState) int {
+	return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey)
+}
+
+func (r *Reconciler) bind(a netip.Addr) error {
+	if r.addrRefs[a] == 0 {
+		if err := r.observe("address", "add", r.kernel.Dummy.AddAddress(a)); err != nil {
+			return err
+		}
+	}
+	r.addrRefs[a]++
+	return nil
+}
+
+func (r *Reconciler) unbind(a netip.Addr) error {
+	if r.addrRefs[a] <= 1 {
+		if err := r.observe("address", "delete", r.kernel.Dummy.DeleteAddress(a)); err != nil {
+			return err
+		}
+		delete(r.addrRefs, a)
+		return nil
+	}
+	r.addrRefs[a]--
+	return nil
+}
+
+func (r *Reconciler) addEntry(e SetEntry) error {
+	if r.entryRefs[e] == 0 {
+		if err := r.observe("set_entry", "add", r.kernel.IPSet.AddEntry(e.Set, e.Entry)); err != nil {
+			return err
+		}
+	}
+	r.entryRefs[e]++
+	return nil
+}
+
+func (r *Reconciler) removeEntry(e SetEntry) error {
+	if r.entryRefs[e] <= 1 {
+		if err := r.observe("set_entry", "delete", r.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
+			return err
+		}
+		delete(r.entryRefs, e)
+		return nil
+	}
+	r.entryRefs[e]--
+	return nil
+}
+
+// addVS creates a virtual server and its real servers. It reports whether
+// the virtual server now exists for key (it may, with only some of its real
+// servers, when an error is also returned).
+func (r *Reconciler) addVS(key string, n VirtualServerState) (VirtualServerState, bool, error) {
+	k := n.VS.ServiceKey
+	if owner, ok := r.vsOwner[k]; ok && owner != key {
+		return VirtualServerState{}, false, fmt.Errorf("%s: %w %s", k, ErrConflict, owner)
+	}
+	err := r.kernel.IPVS.AddVirtualServer(n.VS)
+	if ipvs.IsExist(err) {
+		// Someone (or a failed earlier attempt) left it there: make it ours.
+		err = r.kernel.IPVS.UpdateVirtualServer(n.VS)
+		r.observe("virtual_server", "update", err)
+	} else {
+		r.observe("virtual_server", "add", err)
+	}
+	if err != nil {
+		return VirtualServerState{}, false, err
+	}
+	r.vsOwner[k] = key
+	got := VirtualServerState{VS: n.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
+	var errs []error
+	for _, rs := range n.Reals {
+		if err := r.addReal(k, rs); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		got.Reals = append(got.Reals, rs)
+	}
+	return got, true, errors.Join(errs...)
+}
+
+// updateVS brings one existing virtual server from o to n: its attributes
+// in place (never delete and re-create, which would cut connections), then
+// its real servers.
+func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
+	k := n.VS.ServiceKey
+	var errs []error
+	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
+	if !o.VS.Equal(n.VS) {
+		err := r.kernel.IPVS.UpdateVirtualServer(n.VS)
+		if ipvs.IsNotExist(err) {
+			err = r.kernel.IPVS.AddVirtualServer(n.VS)
+			r.observe("virtual_server", "add", err)
+		} else {
+			r.observe("virtual_server", "update", err)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			got.VS = n.VS
+		}
+	}
+	mergeWalk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+		func(rs ipvs.RealServer) {
+			if err := r.deleteReal(k, rs.RealKey); err != nil {
+				errs = append(errs, err)
+				got.Reals = append(got.Reals, rs)
+			}
+		},
+		func(rs ipvs.RealServer) {
+			if err := r.addReal(k, rs); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got.Reals = append(got.Reals, rs)
+		},
+		func(ors, nrs ipvs.RealServer) {
+			if ors.Weight == nrs.Weight {
+				got.Reals = append(got.Reals, ors)
+				return
+			}
+			if err := r.observe("real_server", "update", r.kernel.IPVS.UpdateRealServer(k, nrs)); err != nil {
+				errs = append(errs, err)
+				got.Reals = append(got.Reals, ors)
+				return
+			}
+			got.Reals = append(got.Reals, nrs)
+		})
+	return got, errors.Join(errs...)
+}
+
+func (r *Reconciler) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
+	err := r.kernel.IPVS.AddRealServer(k, rs)
+	if ipvs.IsExist(err) {
+		err = r.kernel.IPVS.UpdateRealServer(k, rs)
+		return r.observe("real_server", "update", err)
+	}
+	return r.observe("real_server", "add", err)
+}
+
+func (r *Reconciler) deleteReal(k ipvs.ServiceKey, rk ipvs.RealKey) error {
+	err := r.kernel.IPVS.DeleteRealServer(k, rk)
+	if ipvs.IsNotExist(err) {
+		err = nil
+	}
+	return r.observe("real_server", "delete", err)
+}
+
+func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
+	err := r.kernel.IPVS.DeleteVirtualServer(o.VS.ServiceKey)
+	if ipvs.IsNotExist(err) {
+		err = nil
+	}
+	if err := r.observe("virtual_server", "delete", err); err != nil {
+		return err
+	}
+	if r.vsOwner[o.VS.ServiceKey] == key {
+		delete(r.vsOwner, o.VS.ServiceKey)
+	}
+	return nil
+}
+
+func (r *Reconciler) excluded(a netip.Addr) bool {
+	for _, p := range r.exclude {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,279 @@
+package sync
+
+import (
+	"context"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// fullSyncKey is queued to ask for a full pass; no service key is empty.
+const fullSyncKey = ""
+
+// EventSink reports a problem with one Service to its owner, as a Warning
+// Event on the Service.
+type EventSink interface {
+	Warning(svc *v1.Service, reason, message string)
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Build         Config
+	SyncPeriod    time.Duration // a full pass at least this often (kube-proxy: ipvs.syncPeriod)
+	MinSyncPeriod time.Duration // at most one sync batch per this period
+	// Prepare makes sure the node-wide objects exist (the dummy link, the
+	// sets, the fixed iptables rules) before every full pass.
+	Prepare func() error
+	Events  EventSink
+	Metrics *Metrics
+	// Retry backoff for a key whose kernel ops failed.
+	RetryBase, RetryMax time.Duration
+}
+
+// Runner drives the reconciler: it coalesces changed keys from the Tracker
+// into batches, syncs each changed service, retries failures per key with
+// exponential backoff, and runs a full pass every SyncPeriod.
+type Runner struct {
+	cfg     RunnerConfig
+	tracker *Tracker
+	rec     *Reconciler
+	queue   workqueue.TypedRateLimitingInterface[string]
+	metrics *Metrics
+
+	reported gosync.Map // service key → last problems reported, to deduplicate events
+
+	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
+	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
+	fullDone   atomic.Bool  // the first full pass (adoption) has completed
+}
+
+// NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the
+// tracker's OnChange callback.
+func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 500 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 2 * time.Minute
+	}
+	if cfg.SyncPeriod <= 0 {
+		cfg.SyncPeriod = 30 * time.Second
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	r := &Runner{
+		cfg:     cfg,
+		tracker: t,
+		rec:     rec,
+		metrics: m,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipvsproxy"}),
+	}
+	rec.OnOp = m.observeOp
+	t.OnChange = r.changed
+	return r
+}
+
+func (r *Runner) changed(key string, endpoints bool) {
+	now := time.Now()
+	r.lastQueued.CompareAndSwap(0, now.UnixNano())
+	r.metrics.changed(endpoints, now)
+	r.queue.Add(key)
+}
+
+// Run syncs until ctx is done. synced reports whether the informers have
+// delivered their initial lists: nothing is written before that, so that a
+// half-filled cache never looks like "these services were deleted".
+func (r *Runner) Run(ctx context.Context, synced func() bool) {
+	defer r.queue.ShutDown()
+	for !synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	r.queue.Add(fullSyncKey)
+	go r.tickFullSync(ctx)
+	go func() { <-ctx.Done(); r.queue.ShutDown() }()
+	for r.processBatch(ctx) {
+	}
+}
+
+func (r *Runner) tickFullSync(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.queue.Add(fullSyncKey)
+		}
+	}
+}
+
+// processBatch takes every key queued so far and syncs them as one batch.
+func (r *Runner) processBatch(ctx context.Context) bool {
+	key, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	keys := []string{key}
+	for r.queue.Len() > 0 {
+		k, quit := r.queue.Get()
+		if quit {
+			break
+		}
+		keys = append(keys, k)
+	}
+	queuedAt := r.lastQueued.Swap(0)
+	start := time.Now()
+	full := false
+	for _, k := range keys {
+		if k == fullSyncKey {
+			full = true
+		}
+	}
+	var failed map[string]error
+	if full {
+		failed = r.fullSync()
+	} else {
+		failed = r.syncKeys(keys)
+	}
+	end := time.Now()
+	for _, k := range keys {
+		if err, bad := failed[k]; bad {
+			klog.ErrorS(err, "Sync failed; will retry", "service", k)
+			r.queue.AddRateLimited(k)
+		} else {
+			r.queue.Forget(k)
+		}
+		r.queue.Done(k)
+	}
+	if full {
+		// Failed keys found by a full pass were not in this batch's keys.
+		for k, err := range failed {
+			if k != fullSyncKey && !contains(keys, k) {
+				klog.ErrorS(err, "Sync failed; will retry", "service", k)
+				r.queue.AddRateLimited(k)
+			}
+		}
+	}
+	if len(failed) == 0 {
+		r.lastSynced.Store(end.UnixNano())
+	} else if queuedAt != 0 {
+		// Not done: the oldest pending change is still pending.
+		r.lastQueued.CompareAndSwap(0, queuedAt)
+	}
+	r.metrics.synced(full, start, end, queuedAt, len(failed), r.queue.Len())
+	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	return true
+}
+
+func contains(keys []string, k string) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// build computes one service's desired state and reports its problems.
+func (r *Runner) build(key string) *ServiceState {
+	svc, slices := r.tracker.Get(key)
+	st, problems := BuildService(svc, slices, &r.cfg.Build)
+	r.report(key, svc, problems)
+	return &st
+}
+
+// report emits one Warning Event per distinct set of problems of a
+// service, so a bad Service is told once, not on every sync.
+func (r *Runner) report(key string, svc *v1.Service, problems []string) {
+	msg := strings.Join(problems, "; ")
+	prev, _ := r.reported.Load(key)
+	if prev == msg || (prev == nil && msg == "") {
+		return
+	}
+	if msg == "" || svc == nil {
+		r.reported.Delete(key)
+		return
+	}
+	r.reported.Store(key, msg)
+	klog.InfoS("Service has problems; skipping what is wrong", "service", key, "problems", msg)
+	if r.cfg.Events != nil {
+		r.cfg.Events.Warning(svc, "IPVSProxyInvalidService", msg)
+	}
+}
+
+func (r *Runner) syncKeys(keys []string) map[string]error {
+	failed := map[string]error{}
+	for _, k := range keys {
+		if err := r.rec.Sync(k, r.build(k)); err != nil {
+			failed[k] = err
+		}
+	}
+	return failed
+}
+
+func (r *Runner) fullSync() map[string]error {
+	failed := map[string]error{}
+	if r.cfg.Prepare != nil {
+		if err := r.cfg.Prepare(); err != nil {
+			klog.ErrorS(err, "Preparing node-wide objects failed")
+			failed[fullSyncKey] = err
+			return failed
+		}
+	}
+	keys := r.tracker.Keys()
+	want := make(map[string]*ServiceState, len(keys))
+	for _, k := range keys {
+		want[k] = r.build(k)
+	}
+	res, err := r.rec.FullSync(want)
+	if err != nil {
+		klog.ErrorS(err, "Full sync could not read the kernel")
+		failed[fullSyncKey] = err
+		return failed
+	}
+	if res.Prune != nil {
+		klog.ErrorS(res.Prune, "Full sync could not remove some stale objects")
+		failed[fullSyncKey] = res.Prune
+	}
+	for k, e := range res.Failed {
+		failed[k] = e
+	}
+	r.fullDone.Store(true)
+	r.metrics.services(r.rec.Keys())
+	return failed
+}
+
+// Pending returns when the oldest change not yet synced was queued (zero
+// when nothing is pending), and when the last batch that fully succeeded
+// ended. /healthz is built on these.
+func (r *Runner) Pending() (queued, synced time.Time) {
+	if q := r.lastQueued.Load(); q != 0 {
+		queued = time.Unix(0, q)
+	}
+	if s := r.lastSynced.Load(); s != 0 {
+		synced = time.Unix(0, s)
+	}
+	return queued, synced
+}
+
+// Ready reports whether the first full pass has adopted the kernel state.
+func (r *Runner) Ready() bool { return r.fullDone.Load() }

@@ -1,0 +1,137 @@
+// Package sync turns Services and EndpointSlices into kernel IPVS state,
+// incrementally.
+//
+// The flow is: informer events mark a service key dirty (Tracker); for a
+// dirty key the desired kernel objects are computed by a pure function
+// (BuildService); the Reconciler diffs them against what it last applied
+// for that key and issues only the difference; the Runner batches dirty
+// keys, retries failed ones with backoff, and every sync period runs a full
+// pass that reads the kernel once and repairs drift.
+package sync
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// SetEntry is one member of one ipset.
+type SetEntry struct {
+	Set   string
+	Entry ipset.Entry
+}
+
+// VirtualServerState is one virtual server and the real servers it should
+// balance to.
+type VirtualServerState struct {
+	VS    ipvs.VirtualServer
+	Reals []ipvs.RealServer // sorted by compareRealKey, unique
+}
+
+// ServiceState is every kernel object one Service needs. All slices are
+// sorted and free of duplicates; sorted slices rather than maps keep the
+// per-service record small when a node holds 100,000 services, and let two
+// states be diffed with one merge walk.
+type ServiceState struct {
+	VirtualServers []VirtualServerState // sorted by compareServiceKey
+	Addresses      []netip.Addr         // bound on kube-ipvs0; sorted
+	Entries        []SetEntry           // sorted by compareSetEntry
+}
+
+// Empty reports whether the state holds no kernel object.
+func (s *ServiceState) Empty() bool {
+	return len(s.VirtualServers) == 0 && len(s.Addresses) == 0 && len(s.Entries) == 0
+}
+
+// normalize sorts every slice and drops duplicates, keeping the first of
+// equal keys.
+func (s *ServiceState) normalize() {
+	slices.SortStableFunc(s.VirtualServers, func(a, b VirtualServerState) int {
+		return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey)
+	})
+	s.VirtualServers = slices.CompactFunc(s.VirtualServers, func(a, b VirtualServerState) bool {
+		return a.VS.ServiceKey == b.VS.ServiceKey
+	})
+	for i := range s.VirtualServers {
+		r := s.VirtualServers[i].Reals
+		slices.SortStableFunc(r, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
+		s.VirtualServers[i].Reals = slices.CompactFunc(r, func(a, b ipvs.RealServer) bool { return a.RealKey == b.RealKey })
+	}
+	slices.SortFunc(s.Addresses, netip.Addr.Compare)
+	s.Addresses = slices.Compact(s.Addresses)
+	slices.SortFunc(s.Entries, compareSetEntry)
+	s.Entries = slices.Compact(s.Entries)
+}
+
+func compareServiceKey(a, b ipvs.ServiceKey) int {
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Protocol, b.Protocol); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+func compareRealKey(a, b ipvs.RealKey) int {
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+func compareSetEntry(a, b SetEntry) int {
+	if c := cmp.Compare(a.Set, b.Set); c != 0 {
+		return c
+	}
+	x, y := a.Entry, b.Entry
+	if c := x.IP.Compare(y.IP); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.Protocol, y.Protocol); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.Port, y.Port); c != 0 {
+		return c
+	}
+	if c := x.IP2.Compare(y.IP2); c != 0 {
+		return c
+	}
+	if c := x.Net.Addr().Compare(y.Net.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.Net.Bits(), y.Net.Bits())
+}
+
+// mergeWalk walks two sorted slices in step and calls onlyOld, onlyNew or
+// both for each key. It is the diff at the heart of the reconciler: one pass,
+// no allocation.
+func mergeWalk[T any](old, new []T, compare func(a, b T) int, onlyOld, onlyNew func(T), both func(o, n T)) {
+	i, j := 0, 0
+	for i < len(old) || j < len(new) {
+		switch {
+		case j == len(new):
+			onlyOld(old[i])
+			i++
+		case i == len(old):
+			onlyNew(new[j])
+			j++
+		default:
+			switch c := compare(old[i], new[j]); {
+			case c < 0:
+				onlyOld(old[i])
+				i++
+			case c > 0:
+				onlyNew(new[j])
+				j++
+			default:
+				both(old[i], new[j])
+				i++
+				j++
+			}
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package sync
+
+import (
+	gosync "sync"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Tracker holds the latest Service and EndpointSlices of every service and
+// tells its listener which service keys changed. Informer handlers only
+// record and notify; all kernel work happens later, coalesced, in the
+// Runner. A key is "namespace/name" of the Service.
+type Tracker struct {
+	mu       gosync.Mutex
+	services map[string]*v1.Service
+	slices   map[string]map[string]*discovery.EndpointSlice // service key → slice name → slice
+	sliceOf  map[string]string                              // "namespace/slice" → service key
+
+	// OnChange is called (outside the lock) with the key of every service
+	// whose Service or EndpointSlices changed; endpoints says which.
+	OnChange func(key string, endpoints bool)
+}
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker {
+	return &Tracker{
+		services: map[string]*v1.Service{},
+		slices:   map[string]map[string]*discovery.EndpointSlice{},
+		sliceOf:  map[string]string{},
+	}
+}
+
+// Get returns the Service (nil when deleted or not yet seen) and the
+// EndpointSlices of key. The returned objects are shared and must not be
+// modified.
+func (t *Tracker) Get(key string) (*v1.Service, []*discovery.EndpointSlice) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	svc := t.services[key]
+	m := t.slices[key]
+	out := make([]*discovery.EndpointSlice, 0, len(m))
+	for _, s := range m {
+		out = append(out, s)
+	}
+	return svc, out
+}
+
+// Keys returns every service key the tracker knows, with a Service or with
+// EndpointSlices.
+func (t *Tracker) Keys() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	keys := make([]string, 0, len(t.services)+len(t.slices))
+	for k := range t.services {
+		keys = append(keys, k)
+	}
+	for k := range t.slices {
+		if _, ok := t.services[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func (t *Tracker) notify(key string, endpoints bool) {
+	if t.OnChange != nil && key != "" {
+		t.OnChange(key, endpoints)
+	}
+}
+
+// ServiceHandler returns informer callbacks for Services.
+func (t *Tracker) ServiceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.setService(obj) },
+		UpdateFunc: func(_, obj any) { t.setService(obj) },
+		DeleteFunc: func(obj any) { t.deleteService(obj) },
+	}
+}
+
+// EndpointSliceHandler returns informer callbacks for EndpointSlices.
+func (t *Tracker) EndpointSliceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.setSlice(obj) },
+		UpdateFunc: func(_, obj any) { t.setSlice(obj) },
+		DeleteFunc: func(obj any) { t.deleteSlice(obj) },
+	}
+}
+
+func (t *Tracker) setService(obj any) {
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		return
+	}
+	key := svc.Namespace + "/" + svc.Name
+	t.mu.Lock()
+	t.services[key] = svc
+	t.mu.Unlock()
+	t.notify(key, false)
+}
+
+func (t *Tracker) deleteService(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		return
+	}
+	key := svc.Namespace + "/" + svc.Name
+	t.mu.Lock()
+	delete(t.services, key)
+	t.mu.Unlock()
+	t.notify(key, false)
+}
+
+// sliceKey returns the key of the service a slice belongs to, or "" for a
+// slice without the kubernetes.io/service-name label.
+func sliceKey(s *discovery.EndpointSlice) string {
+	name := s.Labels[discovery.LabelServiceName]
+	if name == "" {
+		return ""
+	}
+	return s.Namespace + "/" + name
+}
+
+func (t *Tracker) setSlice(obj any) {
+	s, ok := obj.(*discovery.EndpointSlice)
+	if !ok {
+		return
+	}
+	key := sliceKey(s)
+	id := s.Namespace + "/" + s.Name
+	t.mu.Lock()
+	// A slice relabelled to another service leaves the old one.
+	prev, had := t.sliceOf[id]
+	if had && prev != key {
+		t.dropSliceLocked(prev, s.Name)
+	}
+	if key != "" {
+		m := t.slices[key]
+		if m == nil {
+			m = map[string]*discovery.EndpointSlice{}
+			t.slices[key] = m
+		}
+		m[s.Name] = s
+		t.sliceOf[id] = key
+	} else {
+		delete(t.sliceOf, id)
+	}
+	t.mu.Unlock()
+	if had && prev != key {
+		t.notify(prev, true)
+	}
+	t.notify(key, true)
+}
+
+func (t *Tracker) deleteSlice(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discovery.EndpointSlice)
+	if !ok {
+		return
+	}
+	id := s.Namespace + "/" + s.Name
+	t.mu.Lock()
+	key, had := t.sliceOf[id]
+	if had {
+		t.dropSliceLocked(key, s.Name)
+		delete(t.sliceOf, id)
+	}
+	t.mu.Unlock()
+	if had {
+		t.notify(key, true)
+	}
+}
+
+func (t *Tracker) dropSliceLocked(key, name string) {
+	if m := t.slices[key]; m != nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(t.slices, key)
+		}
+	}
+}
