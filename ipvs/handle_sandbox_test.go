@@ -4,8 +4,12 @@
 // sandbox (e2e/sandbox/uml-run), own its whole IPVS table, and fail, never
 // skip, when they cannot: a skipped proof is no proof.
 //
-//	go test -race -tags sandbox -c -o bin/sandbox/ipvs.test ./ipvs &&
+//	go test -tags sandbox -c -o bin/sandbox/ipvs.test ./ipvs &&
 //	  (cd ipvs && ../e2e/sandbox/uml-run -- ../bin/sandbox/ipvs.test -test.v)
+//
+// (or `make sandbox-test`). The binary must live outside /tmp, which the
+// guest mounts afresh. It cannot be built with -race: ThreadSanitizer's
+// fixed shadow mappings do not fit user-mode Linux's address space.
 package ipvs
 
 import (
