@@ -1,0 +1,499 @@
+package iptables
+
+import (
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const natV4Default = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
+-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
+COMMIT
+`
+
+const natV4CIDRRandomFully = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
+COMMIT
+`
+
+const natV4MasqAllBit0 = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x1/0x1
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x1/0x1 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x1/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
+-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
+COMMIT
+`
+
+const natV6CIDR = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x80000000/0x80000000
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x80000000/0x80000000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x80000000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
+-A KUBE-SERVICES -s ::1/128 -j RETURN
+-A KUBE-SERVICES ! -s fd00:10:244::/56 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j ACCEPT
+COMMIT
+`
+
+const filterBit14 = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+COMMIT
+`
+
+// testCase is a configuration and the iptables-save output it must give.
+type testCase struct {
+	name   string
+	cfg    Config
+	nat    string
+	filter string
+}
+
+func testCases() []testCase {
+	v4cidr := DefaultConfig(IPv4)
+	v4cidr.RandomFully = true
+	// The IPv6 prefix must be ignored by the IPv4 syncer; 10.244.1.0/16
+	// is written masked, as iptables stores it.
+	v4cidr.LocalDetector.ClusterCIDRs = []netip.Prefix{
+		netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("10.244.1.0/16")}
+	v4all := DefaultConfig(IPv4)
+	v4all.MasqueradeAll = true
+	v4all.MasqueradeBit = 0
+	// MasqueradeAll wins over a configured cluster CIDR, as in kube-proxy.
+	v4all.LocalDetector.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	v6 := DefaultConfig(IPv6)
+	v6.MasqueradeBit = 31
+	v6.LocalDetector.ClusterCIDRs = []netip.Prefix{
+		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}
+	filterBit0 := strings.ReplaceAll(filterBit14, "0x4000", "0x1")
+	filterBit31 := strings.ReplaceAll(filterBit14, "0x4000", "0x80000000")
+	return []testCase{
+		{"ipv4 defaults, no cluster CIDR", DefaultConfig(IPv4), natV4Default, filterBit14},
+		{"ipv4 cluster CIDR, random-fully", v4cidr, natV4CIDRRandomFully, filterBit14},
+		{"ipv4 masquerade-all, bit 0", v4all, natV4MasqAllBit0, filterBit0},
+		{"ipv6 cluster CIDR, bit 31", v6, natV6CIDR, filterBit31},
+	}
+}
+
+func mustSyncer(t *testing.T, r Runner, cfg Config) *Syncer {
+	t.Helper()
+	s, err := NewSyncer(r, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustSave(t *testing.T, r Runner, table string) string {
+	t.Helper()
+	b, err := r.Save(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func checkTables(t *testing.T, r Runner, nat, filter string) {
+	t.Helper()
+	if d := cmp.Diff(nat, mustSave(t, r, TableNAT)); d != "" {
+		t.Errorf("nat table (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(filter, mustSave(t, r, TableFilter)); d != "" {
+		t.Errorf("filter table (-want +got):\n%s", d)
+	}
+}
+
+func TestSyncWritesExpectedRules(t *testing.T) {
+	for _, tc := range testCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFakeRunner(tc.cfg.Family)
+			f.SetKnownSets(SetName(SetClusterIP, tc.cfg.Family), SetName(SetLoopBack, tc.cfg.Family))
+			s := mustSyncer(t, f, tc.cfg)
+			changed, err := s.Sync()
+			if err != nil || !changed {
+				t.Fatalf("first Sync = %v, %v; want true, nil", changed, err)
+			}
+			if f.RestoreCount() != 2 {
+				t.Errorf("first Sync: %d restores, want 2 (one per table)", f.RestoreCount())
+			}
+			checkTables(t, f, tc.nat, tc.filter)
+
+			f.ResetCounts()
+			changed, err = s.Sync()
+			if err != nil || changed {
+				t.Fatalf("second Sync = %v, %v; want false, nil", changed, err)
+			}
+			if f.RestoreCount() != 0 || f.SaveCount() != 2 {
+				t.Errorf("second Sync: %d restores, %d saves; want 0 and 2", f.RestoreCount(), f.SaveCount())
+			}
+		})
+	}
+}
+
+func TestSyncRepairsDrift(t *testing.T) {
+	const servicesOnly = "*nat\n" +
+		":KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-NODE-PORT - [0:0]\n" +
+		":KUBE-LOAD-BALANCER - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n" +
+		"-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN\n" +
+		"-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ\n" +
+		"-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n" +
+		"-A KUBE-POSTROUTING -m comment --comment \"Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose\" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE\n" +
+		"-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n" +
+		"-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n" +
+		"-A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE\n" +
+		"-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n"
+	drifts := []struct {
+		name      string
+		drift     func(f *FakeRunner) error
+		wantInput string
+	}{
+		{"KUBE-SERVICES flushed", func(f *FakeRunner) error { return f.FlushChain(TableNAT, ChainServices) },
+			servicesOnly + "COMMIT\n"},
+		{"PREROUTING jump deleted", func(f *FakeRunner) error {
+			return f.DeleteRule(TableNAT, "PREROUTING", `-m comment --comment "kubernetes service portals" -j KUBE-SERVICES`)
+		}, servicesOnly + "-I PREROUTING 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n"},
+		{"PREROUTING jump duplicated", func(f *FakeRunner) error {
+			return f.Apply("*nat\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n")
+		}, servicesOnly +
+			"-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n" +
+			"-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n" +
+			"-I PREROUTING 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n"},
+		{"foreign rule appended to KUBE-SERVICES", func(f *FakeRunner) error {
+			return f.Apply("*nat\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n")
+		}, servicesOnly + "COMMIT\n"},
+	}
+	for _, d := range drifts {
+		t.Run(d.name, func(t *testing.T) {
+			f := NewFakeRunner(IPv4)
+			s := mustSyncer(t, f, DefaultConfig(IPv4))
+			if _, err := s.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.drift(f); err != nil {
+				t.Fatal(err)
+			}
+			f.ResetCounts()
+			changed, err := s.Sync()
+			if err != nil || !changed {
+				t.Fatalf("Sync after drift = %v, %v; want true, nil", changed, err)
+			}
+			// Only the nat table drifted: exactly one restore, for nat.
+			if diff := cmp.Diff([]string{d.wantInput}, f.RestoreInputs()); diff != "" {
+				t.Errorf("restore input (-want +got):\n%s", diff)
+			}
+			checkTables(t, f, natV4Default, filterBit14)
+		})
+	}
+}
+
+func TestSyncRecreatesDeletedChain(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	if _, err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting KUBE-FORWARD also removes the FORWARD jump to it.
+	if err := f.DeleteChain(TableFilter, ChainForward); err != nil {
+		t.Fatal(err)
+	}
+	f.ResetCounts()
+	if changed, err := s.Sync(); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	if f.RestoreCount() != 1 {
+		t.Errorf("%d restores, want 1", f.RestoreCount())
+	}
+	checkTables(t, f, natV4Default, filterBit14)
+}
+
+// foreign is other software's state in the same tables and chains.
+const foreign = `*nat
+:DOCKER - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+-A DOCKER -i docker0 -j RETURN
+COMMIT
+*filter
+:FORWARD DROP [0:0]
+:CNI-FORWARD - [0:0]
+-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
+-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
+COMMIT
+`
+
+func TestSyncAndCleanupKeepForeignRules(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	if err := f.Apply(foreign); err != nil {
+		t.Fatal(err)
+	}
+	before := f.String()
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	if _, err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	wantNat := strings.NewReplacer(
+		":KUBE-LOAD-BALANCER", ":DOCKER - [0:0]\n:KUBE-LOAD-BALANCER",
+		"-A OUTPUT", "-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A OUTPUT",
+		"-A KUBE-MARK-MASQ", "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\n-A DOCKER -i docker0 -j RETURN\n-A KUBE-MARK-MASQ",
+	).Replace(natV4Default)
+	wantFilter := strings.NewReplacer(
+		":FORWARD ACCEPT", ":FORWARD DROP",
+		":KUBE-FORWARD", ":CNI-FORWARD - [0:0]\n:KUBE-FORWARD",
+		"-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\n",
+		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n"+
+			"-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\n"+
+			"-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n",
+	).Replace(filterBit14)
+	checkTables(t, f, wantNat, wantFilter)
+
+	f.ResetCounts()
+	if changed, err := s.Sync(); err != nil || changed || f.RestoreCount() != 0 {
+		t.Fatalf("steady Sync = %v, %v with %d restores", changed, err, f.RestoreCount())
+	}
+	if err := s.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(before, f.String()); d != "" {
+		t.Errorf("after Cleanup (-before +after):\n%s", d)
+	}
+	f.ResetCounts()
+	if err := s.Cleanup(); err != nil || f.RestoreCount() != 0 {
+		t.Errorf("second Cleanup = %v with %d restores; want nil and 0", err, f.RestoreCount())
+	}
+}
+
+func TestCleanupKeepsChainsReferencedByForeignRules(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	if _, err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else marks traffic for masquerading through our chain.
+	if err := f.Apply("*nat\n:CNI-HOSTPORT - [0:0]\n-A CNI-HOSTPORT -j KUBE-MARK-MASQ\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), "kept KUBE-MARK-MASQ in nat table") {
+		t.Fatalf("Cleanup error = %v; want it to report the kept KUBE-MARK-MASQ", err)
+	}
+	want := `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:CNI-HOSTPORT - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-A CNI-HOSTPORT -j KUBE-MARK-MASQ
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+COMMIT
+`
+	checkTables(t, f, want, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+}
+
+func TestSyncNeedsSets(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	f.SetKnownSets() // the engine has not created KUBE-CLUSTER-IP yet
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	changed, err := s.Sync()
+	if err == nil || !strings.Contains(err.Error(), "set KUBE-CLUSTER-IP doesn't exist") {
+		t.Fatalf("Sync error = %v; want a missing-set error", err)
+	}
+	if !changed {
+		t.Error("filter table should still have been written")
+	}
+	// The failed nat restore left the table untouched.
+	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", filterBit14)
+	f.SetKnownSets(SetClusterIP, SetLoopBack)
+	if _, err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, f, natV4Default, filterBit14)
+}
+
+func TestSyncErrors(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	f.InjectRestoreError(func([]byte) error { return errString("iptables-restore: line 3 failed") })
+	changed, err := s.Sync()
+	if changed || err == nil || !strings.Contains(err.Error(), "restore nat table: iptables-restore: line 3 failed") {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	f.InjectRestoreError(nil)
+	f.InjectSaveError(func(table string) error {
+		if table == TableFilter {
+			return errString("boom")
+		}
+		return nil
+	})
+	changed, err = s.Sync()
+	if !changed || err == nil || !strings.Contains(err.Error(), "save filter table: boom") {
+		t.Fatalf("Sync = %v, %v; want nat written and the filter save error", changed, err)
+	}
+	f.InjectSaveError(nil)
+	if _, err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, f, natV4Default, filterBit14)
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func TestConcurrentSync(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	s := mustSyncer(t, f, DefaultConfig(IPv4))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := s.Sync(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if f.RestoreCount() != 2 {
+		t.Errorf("%d restores; Sync calls must serialise so only the first writes", f.RestoreCount())
+	}
+	checkTables(t, f, natV4Default, filterBit14)
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := map[string]func(c *Config){
+		"bit 32":            func(c *Config) { c.MasqueradeBit = 32 },
+		"negative bit":      func(c *Config) { c.MasqueradeBit = -1 },
+		"set name space":    func(c *Config) { c.ClusterIPSet = "KUBE CLUSTER" },
+		"set name quote":    func(c *Config) { c.LoopBackSet = `X"Y` },
+		"set name too long": func(c *Config) { c.LoopBackSet = strings.Repeat("A", 32) },
+		"two v4 CIDRs": func(c *Config) {
+			c.LocalDetector.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16")}
+		},
+		"invalid CIDR": func(c *Config) { c.LocalDetector.ClusterCIDRs = []netip.Prefix{{}} },
+		"family":       func(c *Config) { c.Family = 5 },
+	}
+	for name, mutate := range bad {
+		c := DefaultConfig(IPv4)
+		mutate(&c)
+		if _, err := NewSyncer(NewFakeRunner(IPv4), c); err == nil {
+			t.Errorf("%s: NewSyncer accepted %+v", name, c)
+		}
+	}
+	if _, err := NewSyncer(NewFakeRunner(IPv6), DefaultConfig(IPv4)); err == nil {
+		t.Error("NewSyncer accepted an IPv6 runner with an IPv4 config")
+	}
+	// Empty set names take the family's defaults.
+	c := Config{Family: IPv6, MasqueradeBit: 14}
+	f := NewFakeRunner(IPv6)
+	if _, err := mustSyncer(t, f, c).Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSave(t, f, TableNAT); !strings.Contains(got, "KUBE-6-CLUSTER-IP dst,dst -j ACCEPT") {
+		t.Errorf("IPv6 default set name not used:\n%s", got)
+	}
+}
+
+func TestSetName(t *testing.T) {
+	for _, tc := range []struct {
+		base string
+		fam  Family
+		want string
+	}{
+		{SetClusterIP, IPv4, "KUBE-CLUSTER-IP"},
+		{SetClusterIP, IPv6, "KUBE-6-CLUSTER-IP"},
+		{SetLoopBack, IPv6, "KUBE-6-LOOP-BACK"},
+		{"KUBE-LOAD-BALANCER-SOURCE-CIDR", IPv6, "KUBE-6-LOAD-BALANCER-SOURCE-CID"},
+	} {
+		if got := SetName(tc.base, tc.fam); got != tc.want {
+			t.Errorf("SetName(%q, %d) = %q, want %q", tc.base, tc.fam, got, tc.want)
+		}
+	}
+}
+
+type proberRunner struct {
+	*FakeRunner
+	ok bool
+}
+
+func (p proberRunner) HasRandomFully() bool { return p.ok }
+
+func TestSupportsRandomFully(t *testing.T) {
+	f := NewFakeRunner(IPv4)
+	if SupportsRandomFully(f) || !SupportsRandomFully(proberRunner{f, true}) || SupportsRandomFully(proberRunner{f, false}) {
+		t.Error("SupportsRandomFully must follow the runner's probe and default to false")
+	}
+}
