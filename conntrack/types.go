@@ -22,7 +22,9 @@ type Flow struct {
 
 // Cleaner is the kernel boundary for conntrack cleanup.
 type Cleaner interface {
-	// DeleteUDP deletes every UDP entry matching any of flows with one
-	// table walk per address family, and returns how many it deleted.
+	// DeleteUDP deletes every UDP entry matching any of flows with at most
+	// one table walk per call (whatever the families), and returns how
+	// many it deleted. The walk is O(table size): batch a sync's flows
+	// into one call.
 	DeleteUDP(flows []Flow) (int, error)
 }
