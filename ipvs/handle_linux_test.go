@@ -3,6 +3,7 @@ package ipvs
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -26,5 +27,37 @@ func TestNewWithoutIPVS(t *testing.T) {
 	const want = "IPVS is not available in this kernel: load the ip_vs module (modprobe ip_vs)"
 	if err.Error() != want {
 		t.Errorf("New() error %q, want %q", err, want)
+	}
+}
+
+func TestSchedulerAvailable(t *testing.T) {
+	for _, name := range []string{"", "../rr", "r r", "RR"} {
+		if err := SchedulerAvailable(name); err == nil || err.Error() != `invalid IPVS scheduler name "`+name+`"` {
+			t.Errorf("SchedulerAvailable(%q) = %v, want invalid name", name, err)
+		}
+	}
+	const want = `IPVS scheduler "nosuch" is not available in this kernel: load the ip_vs_nosuch module (modprobe ip_vs_nosuch)`
+	if err := SchedulerAvailable("nosuch"); err == nil || err.Error() != want {
+		t.Errorf("SchedulerAvailable(nosuch) = %v, want %q", err, want)
+	}
+}
+
+func TestListsModule(t *testing.T) {
+	dep := filepath.Join(t.TempDir(), "modules.dep")
+	content := "kernel/net/netfilter/ipvs/ip_vs_rr.ko.xz: kernel/net/netfilter/ipvs/ip_vs.ko.xz\n" +
+		"kernel/net/netfilter/ipvs/ip_vs_sh.ko:\n" +
+		"kernel/net/netfilter/ipvs/ip_vs_wrr.ko.zst: kernel/net/netfilter/ipvs/ip_vs_mh.ko.zst\n"
+	if err := os.WriteFile(dep, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for mod, want := range map[string]bool{"ip_vs_rr": true, "ip_vs_sh": true, "ip_vs_wrr": true, "ip_vs_lc": false,
+		// Named only as a dependency: not proof the file is installed.
+		"ip_vs_mh": false, "ip_vs": false} {
+		if got := listsModule(dep, mod); got != want {
+			t.Errorf("listsModule(%s) = %v, want %v", mod, got, want)
+		}
+	}
+	if listsModule(filepath.Join(t.TempDir(), "missing"), "ip_vs_rr") {
+		t.Error("a missing file lists modules")
 	}
 }

@@ -401,3 +401,21 @@ func TestSandboxUnicastOnly(t *testing.T) {
 		t.Errorf("broadcast real server: %v; want EINVAL, neither exist nor not-exist", err)
 	}
 }
+
+// TestSandboxSchedulers checks SchedulerAvailable against the kernel: the
+// schedulers it reports available are accepted by AddVirtualServer.
+func TestSandboxSchedulers(t *testing.T) {
+	h := newHandle(t)
+	for i, name := range []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh"} {
+		if err := SchedulerAvailable(name); err != nil {
+			t.Errorf("SchedulerAvailable(%s): %v", name, err)
+		}
+		vs := VirtualServer{ServiceKey: ServiceKey{Address: web.Address, Protocol: TCP, Port: uint16(1000 + i)}, Scheduler: name}
+		if err := h.AddVirtualServer(vs); err != nil {
+			t.Errorf("scheduler %s: %v", name, err)
+		}
+	}
+	if err := SchedulerAvailable("nosuch"); err == nil {
+		t.Error(`SchedulerAvailable("nosuch") = nil`)
+	}
+}
