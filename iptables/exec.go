@@ -160,7 +160,11 @@ func (r *ExecRunner) call(bin string, args []string, stdin []byte) ([]byte, erro
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, stderr, err := r.run(ctx, bin, args, stdin)
+	run := r.run
+	if run == nil {
+		run = execRun
+	}
+	out, stderr, err := run(ctx, bin, args, stdin)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w after %v", ctx.Err(), timeout)
