@@ -28,85 +28,89 @@ func mustOK(t *testing.T, err error) {
 	}
 }
 
+type formatCase struct {
+	name  string
+	vs    []VirtualServer
+	reals map[ServiceKey][]RealServer
+	want  string
+}
+
+var kube = key(TCP, "10.96.0.1:443")
+
 // The expected texts below were checked against ipvsadm 1.31 -Sn on a real
 // kernel; handle_sandbox_test.go keeps proving that.
+var formatCases = []formatCase{
+	{name: "empty", want: ""},
+	{
+		name: "tcp with real servers sorted by address then port",
+		vs:   []VirtualServer{{ServiceKey: kube, Scheduler: "rr"}},
+		reals: map[ServiceKey][]RealServer{kube: {
+			{RealKey: rkey("10.244.1.10:6443"), Weight: 1},
+			{RealKey: rkey("10.244.1.9:8080"), Weight: 0},
+			{RealKey: rkey("10.244.1.9:443"), Weight: 1},
+		}},
+		want: "-A -t 10.96.0.1:443 -s rr\n" +
+			"-a -t 10.96.0.1:443 -r 10.244.1.9:443 -m -w 1\n" +
+			"-a -t 10.96.0.1:443 -r 10.244.1.9:8080 -m -w 0\n" +
+			"-a -t 10.96.0.1:443 -r 10.244.1.10:6443 -m -w 1\n",
+	},
+	{
+		name: "udp, sctp and ipv6 in brackets",
+		vs: []VirtualServer{
+			{ServiceKey: key(UDP, "[fd00::a]:53"), Scheduler: "rr"},
+			{ServiceKey: key(SCTP, "10.96.0.11:9"), Scheduler: "wrr"},
+			{ServiceKey: key(UDP, "10.96.0.10:53"), Scheduler: "rr"},
+		},
+		reals: map[ServiceKey][]RealServer{
+			key(UDP, "[fd00::a]:53"):  {{RealKey: rkey("[fd00:244::5]:53"), Weight: 1}},
+			key(SCTP, "10.96.0.11:9"): {{RealKey: rkey("10.244.2.8:9"), Weight: 2}},
+		},
+		want: "-A -u 10.96.0.10:53 -s rr\n" +
+			"-A --sctp-service 10.96.0.11:9 -s wrr\n" +
+			"-a --sctp-service 10.96.0.11:9 -r 10.244.2.8:9 -m -w 2\n" +
+			"-A -u [fd00::a]:53 -s rr\n" +
+			"-a -u [fd00::a]:53 -r [fd00:244::5]:53 -m -w 1\n",
+	},
+	{
+		name: "persistence, one-packet and scheduler flags in ipvsadm's order",
+		vs: []VirtualServer{
+			{ServiceKey: key(TCP, "10.96.0.2:80"), Scheduler: "rr", Flags: FlagPersistent, Timeout: 10800},
+			{ServiceKey: key(TCP, "10.96.0.3:80"), Scheduler: "sh", Flags: FlagSchedFlag1 | FlagSchedFlag2},
+			{ServiceKey: key(TCP, "10.96.0.4:80"), Scheduler: "sh", Flags: FlagSchedFlag2 | FlagSchedFlag3},
+			{ServiceKey: key(UDP, "10.96.0.5:80"), Scheduler: "mh", Flags: FlagSchedFlag2 | FlagOnePacket | FlagPersistent, Timeout: 5},
+			{ServiceKey: key(TCP, "10.96.0.6:80"), Scheduler: "rr", Flags: FlagSchedFlag1 | FlagSchedFlag3},
+			{ServiceKey: key(TCP, "10.96.0.7:80"), Scheduler: "rr", Timeout: 99, Flags: FlagHashed},
+		},
+		want: "-A -t 10.96.0.2:80 -s rr -p 10800\n" +
+			"-A -t 10.96.0.3:80 -s sh -b sh-fallback,sh-port\n" +
+			"-A -t 10.96.0.4:80 -s sh -b sh-port\n" +
+			"-A -t 10.96.0.6:80 -s rr -b flag-1,flag-3\n" +
+			"-A -t 10.96.0.7:80 -s rr\n" +
+			"-A -u 10.96.0.5:80 -s mh -p 5 -o -b mh-port\n",
+	},
+	{
+		name: "services sorted by family, protocol, numeric address, port",
+		vs: []VirtualServer{
+			{ServiceKey: key(TCP, "[fd00::10]:80"), Scheduler: "rr"},
+			{ServiceKey: key(TCP, "[fd00::9]:80"), Scheduler: "rr"},
+			{ServiceKey: key(SCTP, "10.0.0.1:80"), Scheduler: "rr"},
+			{ServiceKey: key(UDP, "10.0.0.1:80"), Scheduler: "rr"},
+			{ServiceKey: key(TCP, "10.96.0.10:80"), Scheduler: "rr"},
+			{ServiceKey: key(TCP, "10.96.0.9:8080"), Scheduler: "rr"},
+			{ServiceKey: key(TCP, "10.96.0.9:443"), Scheduler: "rr"},
+		},
+		want: "-A -t 10.96.0.9:443 -s rr\n" +
+			"-A -t 10.96.0.9:8080 -s rr\n" +
+			"-A -t 10.96.0.10:80 -s rr\n" +
+			"-A -u 10.0.0.1:80 -s rr\n" +
+			"-A --sctp-service 10.0.0.1:80 -s rr\n" +
+			"-A -t [fd00::9]:80 -s rr\n" +
+			"-A -t [fd00::10]:80 -s rr\n",
+	},
+}
+
 func TestFakeStringLikeIpvsadm(t *testing.T) {
-	kube := key(TCP, "10.96.0.1:443")
-	tests := []struct {
-		name  string
-		vs    []VirtualServer
-		reals map[ServiceKey][]RealServer
-		want  string
-	}{
-		{name: "empty", want: ""},
-		{
-			name: "tcp with real servers sorted by address then port",
-			vs:   []VirtualServer{{ServiceKey: kube, Scheduler: "rr"}},
-			reals: map[ServiceKey][]RealServer{kube: {
-				{RealKey: rkey("10.244.1.10:6443"), Weight: 1},
-				{RealKey: rkey("10.244.1.9:8080"), Weight: 0},
-				{RealKey: rkey("10.244.1.9:443"), Weight: 1},
-			}},
-			want: "-A -t 10.96.0.1:443 -s rr\n" +
-				"-a -t 10.96.0.1:443 -r 10.244.1.9:443 -m -w 1\n" +
-				"-a -t 10.96.0.1:443 -r 10.244.1.9:8080 -m -w 0\n" +
-				"-a -t 10.96.0.1:443 -r 10.244.1.10:6443 -m -w 1\n",
-		},
-		{
-			name: "udp, sctp and ipv6 in brackets",
-			vs: []VirtualServer{
-				{ServiceKey: key(UDP, "[fd00::a]:53"), Scheduler: "rr"},
-				{ServiceKey: key(SCTP, "10.96.0.11:9"), Scheduler: "wrr"},
-				{ServiceKey: key(UDP, "10.96.0.10:53"), Scheduler: "rr"},
-			},
-			reals: map[ServiceKey][]RealServer{
-				key(UDP, "[fd00::a]:53"):  {{RealKey: rkey("[fd00:244::5]:53"), Weight: 1}},
-				key(SCTP, "10.96.0.11:9"): {{RealKey: rkey("10.244.2.8:9"), Weight: 2}},
-			},
-			want: "-A -u 10.96.0.10:53 -s rr\n" +
-				"-A --sctp-service 10.96.0.11:9 -s wrr\n" +
-				"-a --sctp-service 10.96.0.11:9 -r 10.244.2.8:9 -m -w 2\n" +
-				"-A -u [fd00::a]:53 -s rr\n" +
-				"-a -u [fd00::a]:53 -r [fd00:244::5]:53 -m -w 1\n",
-		},
-		{
-			name: "persistence, one-packet and scheduler flags in ipvsadm's order",
-			vs: []VirtualServer{
-				{ServiceKey: key(TCP, "10.96.0.2:80"), Scheduler: "rr", Flags: FlagPersistent, Timeout: 10800},
-				{ServiceKey: key(TCP, "10.96.0.3:80"), Scheduler: "sh", Flags: FlagSchedFlag1 | FlagSchedFlag2},
-				{ServiceKey: key(TCP, "10.96.0.4:80"), Scheduler: "sh", Flags: FlagSchedFlag2 | FlagSchedFlag3},
-				{ServiceKey: key(UDP, "10.96.0.5:80"), Scheduler: "mh", Flags: FlagSchedFlag2 | FlagOnePacket | FlagPersistent, Timeout: 5},
-				{ServiceKey: key(TCP, "10.96.0.6:80"), Scheduler: "rr", Flags: FlagSchedFlag1 | FlagSchedFlag3},
-				{ServiceKey: key(TCP, "10.96.0.7:80"), Scheduler: "rr", Timeout: 99, Flags: FlagHashed},
-			},
-			want: "-A -t 10.96.0.2:80 -s rr -p 10800\n" +
-				"-A -t 10.96.0.3:80 -s sh -b sh-fallback,sh-port\n" +
-				"-A -t 10.96.0.4:80 -s sh -b sh-port\n" +
-				"-A -t 10.96.0.6:80 -s rr -b flag-1,flag-3\n" +
-				"-A -t 10.96.0.7:80 -s rr\n" +
-				"-A -u 10.96.0.5:80 -s mh -p 5 -o -b mh-port\n",
-		},
-		{
-			name: "services sorted by family, protocol, numeric address, port",
-			vs: []VirtualServer{
-				{ServiceKey: key(TCP, "[fd00::10]:80"), Scheduler: "rr"},
-				{ServiceKey: key(TCP, "[fd00::9]:80"), Scheduler: "rr"},
-				{ServiceKey: key(SCTP, "10.0.0.1:80"), Scheduler: "rr"},
-				{ServiceKey: key(UDP, "10.0.0.1:80"), Scheduler: "rr"},
-				{ServiceKey: key(TCP, "10.96.0.10:80"), Scheduler: "rr"},
-				{ServiceKey: key(TCP, "10.96.0.9:8080"), Scheduler: "rr"},
-				{ServiceKey: key(TCP, "10.96.0.9:443"), Scheduler: "rr"},
-			},
-			want: "-A -t 10.96.0.9:443 -s rr\n" +
-				"-A -t 10.96.0.9:8080 -s rr\n" +
-				"-A -t 10.96.0.10:80 -s rr\n" +
-				"-A -u 10.0.0.1:80 -s rr\n" +
-				"-A --sctp-service 10.0.0.1:80 -s rr\n" +
-				"-A -t [fd00::9]:80 -s rr\n" +
-				"-A -t [fd00::10]:80 -s rr\n",
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range formatCases {
 		t.Run(tt.name, func(t *testing.T) {
 			f := NewFake()
 			for _, vs := range tt.vs {
