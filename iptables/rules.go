@@ -144,6 +144,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Warnings lists what an operator should hear about c at start-up; the
+// caller logs them (kube-proxy warns the same way when the cluster CIDR
+// is unset).
+func (c Config) Warnings() []string {
+	if cidr, err := c.clusterCIDR(); err == nil && !cidr.IsValid() && !c.MasqueradeAll {
+		return []string{fmt.Sprintf("no IPv%d cluster CIDR: cannot tell off-cluster traffic to ClusterIPs, "+
+			"only traffic sourced from a service VIP is masqueraded", c.Family)}
+	}
+	return nil
+}
+
 // clusterCIDR returns the (masked) cluster CIDR of c's family, if any.
 func (c Config) clusterCIDR() (netip.Prefix, error) {
 	var found netip.Prefix

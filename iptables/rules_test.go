@@ -467,6 +467,15 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+func TestWarnings(t *testing.T) {
+	for _, tc := range testCases() {
+		want := tc.name == "ipv4 defaults, no cluster CIDR"
+		if got := len(tc.cfg.Warnings()) > 0; got != want {
+			t.Errorf("%s: warnings %q", tc.name, tc.cfg.Warnings())
+		}
+	}
+}
+
 func TestSetName(t *testing.T) {
 	for _, tc := range []struct {
 		base string

@@ -4,8 +4,9 @@
 // of services: per-service matching happens in ipsets. The rules are
 // written with `iptables-restore --noflush --counters` for the chains
 // ipvsproxy owns, and only when what the kernel has differs from what is
-// wanted, so a steady node spawns no process at all. FakeRunner keeps
-// tables in memory and prints what `iptables-save` prints.
+// wanted, so a steady node runs one iptables-save per table and no
+// iptables-restore. FakeRunner keeps tables in memory and prints what
+// `iptables-save` prints.
 package iptables
 
 // Family selects iptables or ip6tables.
