@@ -1,0 +1,359 @@
+package ipset
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// maxProtocol is the newest ipset netlink protocol this code speaks (7,
+// kernel 5.10 onwards; it differs from 6 only in attributes we ignore).
+const maxProtocol = 7
+
+// Netlink implements Interface with netfilter netlink messages on one
+// socket: no `ipset` process is ever started.
+type Netlink struct {
+	conn     *conn
+	protocol uint8
+
+	mu   sync.Mutex
+	sets map[string]header // headers seen, to check entries and stamp comments
+	revs map[revKey]uint8  // newest revision the kernel has of a set type
+}
+
+type revKey struct {
+	t      Type
+	family uint8
+}
+
+var _ Interface = (*Netlink)(nil)
+
+// New opens the netlink socket and agrees a protocol version with the
+// kernel. A kernel without ip_set is reported here, in one line.
+func New() (*Netlink, error) {
+	kernel, minimum, err := netlink.IpsetProtocol()
+	if err != nil {
+		return nil, protocolError(err)
+	}
+	proto := min(kernel, maxProtocol)
+	if proto < minimum {
+		return nil, fmt.Errorf("ipset: the kernel speaks ipset protocol %d-%d, this program %d", minimum, kernel, maxProtocol)
+	}
+	c, err := dial()
+	if err != nil {
+		return nil, fmt.Errorf("ipset: open netfilter netlink socket: %w", err)
+	}
+	return &Netlink{
+		conn:     c,
+		protocol: proto,
+		sets:     map[string]header{},
+		revs:     map[revKey]uint8{},
+	}, nil
+}
+
+// protocolError turns the kernel's answers to a protocol query when
+// ip_set (or nfnetlink) is missing into one line naming the module.
+func protocolError(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case unix.EINVAL, unix.EOPNOTSUPP, unix.EPROTONOSUPPORT, unix.ENOENT:
+			return errors.New("ipset: kernel module ip_set is not loaded (modprobe ip_set)")
+		case unix.EPERM:
+			return errors.New("ipset: operation not permitted: ipsets need CAP_NET_ADMIN")
+		}
+	}
+	return fmt.Errorf("ipset: query the kernel's ipset protocol: %w", err)
+}
+
+// Close releases the netlink socket.
+func (n *Netlink) Close() error { return n.conn.close() }
+
+func (n *Netlink) request(cmd, flags int) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(cmd|unix.NFNL_SUBSYS_IPSET<<8, flags)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, []byte{n.protocol}))
+	return req
+}
+
+func (n *Netlink) requestSet(cmd, flags int, set string) *nl.NetlinkRequest {
+	req := n.request(cmd, flags)
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
+	return req
+}
+
+// dump runs a dump request built by mk, starting over if the kernel says
+// the dump was interrupted by a concurrent change; reset clears what the
+// callback collected.
+func (n *Netlink) dump(mk func() *nl.NetlinkRequest, reset func(), f func(msg []byte)) error {
+	var err error
+	for range 3 {
+		reset()
+		if err = n.conn.execute(mk(), f); !errors.Is(err, nl.ErrDumpInterrupted) {
+			return err
+		}
+	}
+	return err
+}
+
+// EnsureSet implements Interface.
+func (n *Netlink) EnsureSet(s Set) error {
+	s = s.normalize()
+	if err := s.validate(); err != nil {
+		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+	}
+	err := n.create(s)
+	if err == nil {
+		n.remember(header{Set: s, comments: s.Comment != ""})
+		return nil
+	}
+	// The kernel answers a clash with plain EEXIST (ip_set_create), the
+	// ipset tool's "set with the same name already exists".
+	if !errors.Is(err, syscall.EEXIST) && !errors.Is(err, errExist) {
+		return opError(VerbEnsure, s.Name, s.Type, nil, kernelError(err, s.Type))
+	}
+	// The name is taken by a set with another header: fine unless the
+	// type or family differ (hashsize, maxelem, range may).
+	have, err := n.header(s.Name)
+	if err != nil {
+		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+	}
+	if have.Type != s.Type || have.Family != s.Family {
+		return mismatchError(have.Set, s)
+	}
+	n.rememberComment(have, s.Comment)
+	return nil
+}
+
+// create sends IPSET_CMD_CREATE with NLM_F_EXCL, so any existing set is
+// answered with EEXIST and EnsureSet inspects it. Without the flag the
+// kernel accepts an existing set whose parameters match, but it does not
+// compare families: an inet6 set would pass for an inet one.
+func (n *Netlink) create(s Set) error {
+	rev, err := n.revision(s)
+	if err != nil {
+		return err
+	}
+	req := n.requestSet(nl.IPSET_CMD_CREATE, unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL, s.Name)
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_TYPENAME, nl.ZeroTerminated(string(s.Type))))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_REVISION, []byte{rev}))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FAMILY, []byte{familyNumber(s)}))
+	req.AddData(createData(s))
+	return n.conn.execute(req, nil)
+}
+
+// revision asks the kernel (IPSET_CMD_TYPE) for the newest revision of the
+// set type, as the ipset tool does; that revision has every extension
+// (comments among them). The question also makes the kernel load the
+// type's module, and fails with IPSET_ERR_FIND_TYPE when there is none.
+func (n *Netlink) revision(s Set) (uint8, error) {
+	key := revKey{s.Type, familyNumber(s)}
+	n.mu.Lock()
+	rev, ok := n.revs[key]
+	n.mu.Unlock()
+	if ok {
+		return rev, nil
+	}
+	req := n.request(nl.IPSET_CMD_TYPE, 0)
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_TYPENAME, nl.ZeroTerminated(string(s.Type))))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FAMILY, []byte{key.family}))
+	err := n.conn.execute(req, func(msg []byte) {
+		if len(msg) < nl.SizeofNfgenmsg {
+			return
+		}
+		eachAttr(msg[nl.SizeofNfgenmsg:], func(typ uint16, val []byte) {
+			if typ == nl.IPSET_ATTR_REVISION && len(val) > 0 {
+				rev = val[0]
+			}
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	n.revs[key] = rev
+	n.mu.Unlock()
+	return rev, nil
+}
+
+// header dumps one set's header (ipset list -t NAME) and remembers it.
+func (n *Netlink) header(set string) (header, error) {
+	var h header
+	err := n.dump(func() *nl.NetlinkRequest {
+		req := n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
+		req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
+		return req
+	}, func() { h = header{} }, func(msg []byte) {
+		if m := decodeSetMessage(msg, nil); m.Name == set {
+			h = m
+		}
+	})
+	if err != nil {
+		n.forget(set)
+		return h, kernelError(err, "")
+	}
+	if h.Name != set {
+		return h, ErrSetNotFound
+	}
+	return n.remember(h), nil
+}
+
+// remember caches a kernel header, keeping the comment text learnt from
+// EnsureSet: the kernel has only the flag.
+func (n *Netlink) remember(h header) header {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if old, ok := n.sets[h.Name]; ok && h.comments && h.Comment == "" {
+		h.Comment = old.Comment
+	}
+	n.sets[h.Name] = h
+	return h
+}
+
+// rememberComment records the comment EnsureSet asked for, if the kernel
+// set can hold comments (else adding an entry with one would fail).
+func (n *Netlink) rememberComment(h header, comment string) {
+	if h.comments {
+		h.Comment = comment
+	}
+	n.mu.Lock()
+	n.sets[h.Name] = h
+	n.mu.Unlock()
+}
+
+func (n *Netlink) forget(set string) {
+	n.mu.Lock()
+	delete(n.sets, set)
+	n.mu.Unlock()
+}
+
+// known returns the cached header of set, dumping it on a miss.
+func (n *Netlink) known(set string) (header, error) {
+	n.mu.Lock()
+	h, ok := n.sets[set]
+	n.mu.Unlock()
+	if ok {
+		return h, nil
+	}
+	return n.header(set)
+}
+
+// ListSets implements Interface: one header-only dump of every set,
+// sorted by name.
+func (n *Netlink) ListSets() ([]Set, error) {
+	byName := map[string]header{}
+	err := n.dump(func() *nl.NetlinkRequest {
+		req := n.request(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP)
+		req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
+		return req
+	}, func() { clear(byName) }, func(msg []byte) {
+		if h := decodeSetMessage(msg, nil); h.Name != "" {
+			byName[h.Name] = h
+		}
+	})
+	if err != nil {
+		return nil, opError(VerbListSets, "", "", nil, kernelError(err, ""))
+	}
+	out := make([]Set, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, n.remember(byName[name]).Set)
+	}
+	return out, nil
+}
+
+// ListEntries implements Interface. Entries come in the kernel's order; a
+// big set arrives in many messages, all collected.
+func (n *Netlink) ListEntries(set string) ([]Entry, error) {
+	var out []Entry
+	err := n.dump(func() *nl.NetlinkRequest {
+		return n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
+	}, func() { out = out[:0] }, func(msg []byte) {
+		decodeSetMessage(msg, func(e Entry) { out = append(out, e) })
+	})
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			n.forget(set)
+		}
+		return nil, opError(VerbList, set, "", nil, kernelError(err, ""))
+	}
+	return out, nil
+}
+
+// AddEntry implements Interface.
+func (n *Netlink) AddEntry(set string, e Entry) error {
+	return n.addDel(VerbAdd, nl.IPSET_CMD_ADD, set, e)
+}
+
+// DeleteEntry implements Interface.
+func (n *Netlink) DeleteEntry(set string, e Entry) error {
+	return n.addDel(VerbDel, nl.IPSET_CMD_DEL, set, e)
+}
+
+// addDel checks the entry against the set's header (cached) so mistakes
+// get a precise message rather than the kernel's generic one, then sends
+// it without NLM_F_EXCL: the kernel then treats "already added" and "not
+// added" as success itself (and an add refreshes the comment).
+func (n *Netlink) addDel(verb string, cmd int, set string, e Entry) error {
+	h, err := n.known(set)
+	if err != nil {
+		return opError(verb, set, "", &e, err)
+	}
+	if e, err = normalizeEntry(h.Set, e); err != nil {
+		return opError(verb, set, h.Type, &e, err)
+	}
+	comment := ""
+	if verb == VerbAdd {
+		comment = h.Comment
+	}
+	req := n.requestSet(cmd, unix.NLM_F_ACK, set)
+	req.AddData(entryData(e, comment))
+	err = n.conn.execute(req, nil)
+	switch {
+	case err == nil, errors.Is(err, errExist):
+		return nil
+	case errors.Is(err, syscall.ENOENT):
+		n.forget(set) // destroyed behind our back
+	}
+	return opError(verb, set, h.Type, &e, kernelError(err, h.Type))
+}
+
+// DestroySet implements Interface; an absent set is already destroyed.
+func (n *Netlink) DestroySet(set string) error {
+	err := n.conn.execute(n.requestSet(nl.IPSET_CMD_DESTROY, unix.NLM_F_ACK, set), nil)
+	if err == nil || errors.Is(err, syscall.ENOENT) {
+		n.forget(set)
+		return nil
+	}
+	return opError(VerbDestroy, set, "", nil, kernelError(err, ""))
+}
+
+// SwapSets implements Interface with IPSET_CMD_SWAP.
+func (n *Netlink) SwapSets(a, b string) error {
+	req := n.requestSet(nl.IPSET_CMD_SWAP, unix.NLM_F_ACK, a)
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME2, nl.ZeroTerminated(b)))
+	if err := n.conn.execute(req, nil); err != nil {
+		return opError(VerbSwap, a, "", nil, kernelError(err, ""))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ha, okA := n.sets[a]
+	hb, okB := n.sets[b]
+	delete(n.sets, a)
+	delete(n.sets, b)
+	if okA {
+		ha.Name = b
+		n.sets[b] = ha
+	}
+	if okB {
+		hb.Name = a
+		n.sets[a] = hb
+	}
+	return nil
+}
