@@ -1,0 +1,144 @@
+//go:build e2e
+
+// Command e2ectl is the sandbox's helper, one static binary for the guest:
+//
+//	e2ectl backend --name N --tcp 8080 --udp 5353   a pod's server: answers with N
+//	e2ectl keys DIR                                 service-account key pair for the apiserver
+//	e2ectl node --kubeconfig F --name N --ip IP     register the sandbox Node
+//	e2ectl apply --kubeconfig F [--pods DIR] FILE…  create Services/EndpointSlices
+//	                                                (and, with --pods, a pod per endpoint)
+//
+// It saves building kubectl and openssl dependencies for a fresh machine.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: e2ectl backend|keys|node|apply ...")
+		os.Exit(2)
+	}
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "backend":
+		err = backend(args)
+	case "keys":
+		err = keys(args)
+	case "node":
+		err = node(args)
+	case "apply":
+		err = apply(args)
+	default:
+		err = fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ectl:", err)
+		os.Exit(1)
+	}
+}
+
+// keys writes sa.key (RSA private, PKCS#1 PEM) and sa.pub (PKIX PEM).
+func keys(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: e2ectl keys DIR")
+	}
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(args[0], 0o700); err != nil {
+		return err
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+	if err := os.WriteFile(filepath.Join(args[0], "sa.key"), priv, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(args[0], "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
+}
+
+// node registers the sandbox's Node: ipvsproxy reads its own Node (node
+// IPs, labels) and there is no kubelet to create it.
+func node(args []string) error {
+	fs := flag.NewFlagSet("node", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file")
+	name := fs.String("name", "sandbox-node", "node name")
+	ip := fs.String("ip", "", "InternalIP")
+	_ = fs.Parse(args)
+	c, err := framework.NewCluster(*kubeconfig, *name)
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: *name, Labels: map[string]string{
+			"kubernetes.io/hostname": *name, "kubernetes.io/os": "linux",
+		}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = c.Client.CoreV1().Nodes().Get(ctx, *name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	// Addresses and conditions are status, written through the subresource.
+	created.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: *ip},
+		{Type: corev1.NodeHostName, Address: *name},
+	}
+	created.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Sandbox",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+	}}
+	_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+func apply(args []string) error {
+	fs := flag.NewFlagSet("apply", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file")
+	pods := fs.String("pods", "", "if set, start a pod per endpoint address, logs in this folder")
+	_ = fs.Parse(args)
+	objs, err := framework.ReadManifests(fs.Args()...)
+	if err != nil {
+		return err
+	}
+	if *pods != "" {
+		for _, p := range framework.PodsOf(objs) {
+			// The backends keep running after e2ectl exits: they are the demo's pods.
+			if _, err := framework.StartPod(p.Name, p.IP, p.TCPPorts, p.UDPPorts, *pods); err != nil {
+				return err
+			}
+			fmt.Printf("pod %-10s %-12s tcp %v udp %v\n", p.Name, p.IP, p.TCPPorts, p.UDPPorts)
+		}
+	}
+	c, err := framework.NewCluster(*kubeconfig, "")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.Apply(ctx, objs)
+}

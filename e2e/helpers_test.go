@@ -1,0 +1,214 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
+)
+
+// programTimeout is how fast a change through the API server must reach
+// the kernel (issue 3: "within 5 s").
+const programTimeout = 5 * time.Second
+
+// testService is one Service with its pods and its single EndpointSlice,
+// torn down when the test ends.
+type testService struct {
+	t    *testing.T
+	svc  *corev1.Service
+	pods []*framework.Pod
+	VIP  string
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// namespace gives each test its own namespace, so names never collide.
+func namespace(t *testing.T) string {
+	ns := "e2e-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(ns) > 63 {
+		ns = ns[:63]
+	}
+	if err := cluster.EnsureNamespace(ctx(t), ns); err != nil {
+		t.Fatalf("namespace %s: %v", ns, err)
+	}
+	return ns
+}
+
+// startPods starts n pods answering on the given ports; they are stopped
+// when the test ends.
+func startPods(t *testing.T, prefix string, n int, tcp, udp []int) []*framework.Pod {
+	t.Helper()
+	var pods []*framework.Pod
+	for i := 0; i < n; i++ {
+		p, err := framework.StartPod(fmt.Sprintf("%s-%d", prefix, i), framework.NextPodIP(), tcp, udp, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Stop)
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// createService creates the Service and a ready EndpointSlice with pods.
+func createService(t *testing.T, ns, name string, pods []*framework.Pod, ports ...framework.Port) *testService {
+	t.Helper()
+	svc, err := cluster.ApplyService(ctx(t), framework.ClusterIPService(ns, name, ports...))
+	if err != nil {
+		t.Fatalf("create service: %v", err)
+	}
+	ts := &testService{t: t, svc: svc, VIP: svc.Spec.ClusterIP}
+	t.Cleanup(func() { _ = cluster.DeleteService(context.Background(), ns, name) })
+	ts.setEndpoints(pods...)
+	t.Logf("service %s/%s ClusterIP %s, %d endpoints", ns, name, ts.VIP, len(pods))
+	return ts
+}
+
+// setEndpoints rewrites the service's slice to exactly these ready pods.
+func (ts *testService) setEndpoints(pods ...*framework.Pod) {
+	ts.t.Helper()
+	es := framework.EndpointSliceFor(ts.svc, ts.svc.Name+"-e2e", cluster.Node, framework.Ready, pods...)
+	if _, err := cluster.ApplySlice(ctx(ts.t), es); err != nil {
+		ts.t.Fatalf("apply endpointslice: %v", err)
+	}
+	ts.pods = pods
+}
+
+// vsKey names the virtual server of one service port ("TCP 10.96.0.5:80").
+func (ts *testService) vsKey(p corev1.ServicePort) string {
+	return string(p.Protocol) + " " + net.JoinHostPort(ts.VIP, strconv.Itoa(int(p.Port)))
+}
+
+// kernelMatches checks the full picture of the service: per port a VS
+// (rr) whose active real servers are exactly the pods (Masq, weight 1), the
+// ClusterIP on kube-ipvs0, and the KUBE-CLUSTER-IP / KUBE-LOOP-BACK entries.
+func (ts *testService) kernelMatches() error {
+	vss, err := framework.IPVS()
+	if err != nil {
+		return err
+	}
+	for _, p := range ts.svc.Spec.Ports {
+		key := ts.vsKey(p)
+		vs := vss[key]
+		if vs == nil {
+			return fmt.Errorf("no virtual server %s", key)
+		}
+		if vs.Scheduler != "rr" {
+			return fmt.Errorf("%s: scheduler %q, want rr", key, vs.Scheduler)
+		}
+		var want []string
+		for _, pod := range ts.pods {
+			addr := net.JoinHostPort(pod.IP, strconv.Itoa(int(p.TargetPort.IntVal)))
+			want = append(want, addr)
+			rs, ok := vs.Reals[addr]
+			if !ok {
+				return fmt.Errorf("%s: real server %s missing (have %v)", key, addr, vs.ActiveReals())
+			}
+			if rs.Forward != "m" || rs.Weight != 1 {
+				return fmt.Errorf("%s -> %s: forward %q weight %d, want masq weight 1", key, addr, rs.Forward, rs.Weight)
+			}
+		}
+		sort.Strings(want)
+		if got := vs.ActiveReals(); strings.Join(got, " ") != strings.Join(want, " ") {
+			return fmt.Errorf("%s: active real servers %v, want %v", key, got, want)
+		}
+	}
+	if ok, err := framework.HasAddr("kube-ipvs0", ts.VIP); err != nil || !ok {
+		return fmt.Errorf("ClusterIP %s not on kube-ipvs0 (err %v)", ts.VIP, err)
+	}
+	return ts.setEntries(true)
+}
+
+// setEntries checks that the ipset entries of the service are all present
+// (want true) or all absent.
+func (ts *testService) setEntries(want bool) error {
+	clusterIPs, err := framework.SetMembers("KUBE-CLUSTER-IP")
+	if err != nil {
+		return err
+	}
+	loopBack, err := framework.SetMembers("KUBE-LOOP-BACK")
+	if err != nil {
+		return err
+	}
+	for _, p := range ts.svc.Spec.Ports {
+		proto := strings.ToLower(string(p.Protocol))
+		e := fmt.Sprintf("%s,%s:%d", ts.VIP, proto, p.Port)
+		if clusterIPs[e] != want {
+			return fmt.Errorf("KUBE-CLUSTER-IP entry %s present=%v, want %v", e, clusterIPs[e], want)
+		}
+		if !want {
+			continue // loop-back entries belong to endpoints, checked while they exist
+		}
+		for _, pod := range ts.pods {
+			e := fmt.Sprintf("%s,%s:%d,%s", pod.IP, proto, p.TargetPort.IntVal, pod.IP)
+			if !loopBack[e] {
+				return fmt.Errorf("KUBE-LOOP-BACK entry %s missing", e)
+			}
+		}
+	}
+	return nil
+}
+
+// gone checks that nothing of the service is left in the kernel.
+func (ts *testService) gone() error {
+	vss, err := framework.IPVS()
+	if err != nil {
+		return err
+	}
+	for _, p := range ts.svc.Spec.Ports {
+		if vs := vss[ts.vsKey(p)]; vs != nil {
+			return fmt.Errorf("virtual server %s still there with %v", vs.Key(), vs.ActiveReals())
+		}
+	}
+	if ok, err := framework.HasAddr("kube-ipvs0", ts.VIP); err != nil || ok {
+		return fmt.Errorf("ClusterIP %s still on kube-ipvs0 (err %v)", ts.VIP, err)
+	}
+	return ts.setEntries(false)
+}
+
+// waitKernel waits up to timeout for check, failing with the kernel dump.
+func waitKernel(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	start := time.Now()
+	if err := framework.Eventually(timeout, 100*time.Millisecond, check); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, framework.DumpKernel())
+	}
+	t.Logf("%s: after %v", what, time.Since(start).Round(time.Millisecond))
+}
+
+// expectAllAnswer makes n requests and requires no failure and an answer
+// from every pod in want (and from no other).
+func expectAllAnswer(t *testing.T, ask framework.Ask, ip string, port, n int, want []*framework.Pod) {
+	t.Helper()
+	tally := framework.Repeat(ask, ip, port, n)
+	t.Logf("%s:%d: %v", ip, port, tally)
+	if len(tally.Errors) > 0 {
+		t.Fatalf("%s:%d: %v\n%s", ip, port, tally, framework.DumpKernel())
+	}
+	names := map[string]bool{}
+	for _, p := range want {
+		names[p.Name] = true
+		if tally.ByPod[p.Name] == 0 {
+			t.Errorf("%s:%d: pod %s never answered: %v", ip, port, p.Name, tally)
+		}
+	}
+	for name := range tally.ByPod {
+		if !names[name] {
+			t.Errorf("%s:%d: answer from %s, which is not an endpoint: %v", ip, port, name, tally)
+		}
+	}
+}
