@@ -30,6 +30,11 @@ import (
 // outside the sandbox: a skipped kernel test proves nothing.
 func newNetlink(t *testing.T) *Netlink {
 	t.Helper()
+	// uml-init exports UML_MODROOT. Anywhere else "ipset destroy" below
+	// would wipe the machine's own sets, so refuse.
+	if os.Getenv("UML_MODROOT") == "" {
+		t.Fatal("not inside the uml-run sandbox; refusing to destroy this machine's ipsets (see the file's comment)")
+	}
 	if os.Geteuid() != 0 {
 		t.Fatal("sandbox tests must run as root in the sandbox: e2e/sandbox/uml-run -- $UML_OUT/ipset.test -test.v (see the file's comment)")
 	}
