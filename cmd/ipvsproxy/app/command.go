@@ -1,0 +1,61 @@
+// Package app is the ipvsproxy command line: flags, validation and the
+// wiring of informers, engine, kernel adapters and HTTP servers.
+package app
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+// version is set at build time with -ldflags -X.
+var version = "dev"
+
+// NewCommand returns the root command: `ipvsproxy [flags]` runs the proxy.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "ipvsproxy",
+		Short: "Kubernetes service proxy on the kernel's IPVS load balancer, incremental at any scale",
+		Long: `ipvsproxy watches Services and EndpointSlices and programs kernel IPVS
+virtual servers, the kube-ipvs0 dummy link, ipsets and a fixed set of
+iptables rules, changing only what changed. It replaces kube-proxy's IPVS
+mode and keeps its names, flags and metrics.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return fail(cmd, err)
+			}
+			return fail(cmd, Run(cmd.Context(), o))
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(gofs)
+	cmd.Flags().AddGoFlagSet(gofs)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fail(c, fmt.Errorf("%v (see --help)", err))
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "ipvsproxy %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		},
+	})
+	return cmd
+}
+
+// fail prints err as one line on stderr and returns it.
+func fail(cmd *cobra.Command, err error) error {
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ipvsproxy: %v\n", err)
+	}
+	return err
+}

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sysctl"
+)
+
+// nodeSetup owns the node-wide objects every service relies on: the
+// kube-ipvs0 link, the ipsets, the fixed iptables rules. ensure is run
+// before every full pass, so a deleted link, set or chain comes back.
+type nodeSetup struct {
+	dummy  dummyif.Interface
+	ipset  ipset.Interface
+	sets   []ipset.Set
+	rules  []*iptables.Syncer
+	onFail func() // counts an iptables-restore failure
+}
+
+func (n *nodeSetup) ensure() error {
+	if err := n.dummy.EnsureLink(); err != nil {
+		return err
+	}
+	// Sets before rules: a rule that matches on a set needs the set.
+	for _, s := range n.sets {
+		if err := n.ipset.EnsureSet(s); err != nil {
+			return err
+		}
+	}
+	for _, r := range n.rules {
+		changed, err := r.Sync()
+		if err != nil {
+			if n.onFail != nil {
+				n.onFail()
+			}
+			return err
+		}
+		if changed {
+			klog.V(2).InfoS("Restored the fixed iptables rules")
+		}
+	}
+	return nil
+}
+
+// startupSysctls are the kernel settings kube-proxy's IPVS mode makes at
+// start, for the same reasons: IPVS connection tracking (needed for
+// masquerade), dropping connections to removed backends at once, and
+// forwarding.
+func startupSysctls(sc sysctl.Interface, strictARP bool) error {
+	want := [][2]string{
+		{"net/ipv4/vs/conntrack", "1"},
+		{"net/ipv4/vs/expire_nodest_conn", "1"},
+		{"net/ipv4/vs/expire_quiescent_template", "1"},
+		{"net/ipv4/ip_forward", "1"},
+	}
+	if kernelBefore(5, 9) {
+		// Older kernels stall new connections that reuse a port of a
+		// terminating one unless reuse mode is 0 (kube-proxy #81775).
+		want = append(want, [2]string{"net/ipv4/vs/conn_reuse_mode", "0"})
+	}
+	if strictARP {
+		want = append(want, [2]string{"net/ipv4/conf/all/arp_ignore", "1"}, [2]string{"net/ipv4/conf/all/arp_announce", "2"})
+	}
+	for _, kv := range want {
+		if cur, err := sc.Get(kv[0]); err == nil && cur == kv[1] {
+			continue
+		}
+		if err := sc.Set(kv[0], kv[1]); err != nil {
+			return err
+		}
+		klog.V(1).InfoS("Set sysctl", "name", kv[0], "value", kv[1])
+	}
+	return nil
+}
+
+func kernelBefore(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	rel := strings.SplitN(unix.ByteSliceToString(u.Release[:]), ".", 3)
+	if len(rel) < 2 {
+		return false
+	}
+	ma, _ := strconv.Atoi(rel[0])
+	mi, _ := strconv.Atoi(strings.TrimFunc(rel[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return ma < major || ma == major && mi < minor
+}
+
+// applyTimeouts sets the IPVS timeouts that are > 0 (kube-proxy: only then).
+func applyTimeouts(h ipvs.Interface, o *Options) error {
+	t := ipvs.Timeouts{TCP: o.TCPTimeout, TCPFin: o.TCPFinTimeout, UDP: o.UDPTimeout}
+	if t == (ipvs.Timeouts{}) {
+		return nil
+	}
+	if err := h.SetTimeouts(t); err != nil {
+		return fmt.Errorf("set IPVS timeouts: %w", err)
+	}
+	return nil
+}
+
+// hostname is the node name: --hostname-override or the kernel's hostname,
+// lower-cased as Kubernetes node names are.
+func hostname(override string) (string, error) {
+	name := strings.TrimSpace(override)
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("cannot determine the node name: %w (set --hostname-override)", err)
+		}
+		name = h
+	}
+	return strings.ToLower(name), nil
+}

@@ -1,0 +1,145 @@
+package app
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// Options are the proxy's settings, named after kube-proxy's flags so a
+// migrated node keeps its command line.
+type Options struct {
+	Kubeconfig         string
+	Master             string
+	HostnameOverride   string
+	ClusterCIDR        string
+	MasqueradeAll      bool
+	MasqueradeBit      int32
+	Scheduler          string
+	SyncPeriod         time.Duration
+	MinSyncPeriod      time.Duration
+	ExcludeCIDRs       []string
+	StrictARP          bool
+	TCPTimeout         time.Duration
+	TCPFinTimeout      time.Duration
+	UDPTimeout         time.Duration
+	IPTablesBackend    string
+	HealthzBindAddress string
+	MetricsBindAddress string
+}
+
+// NewOptions returns kube-proxy's defaults.
+func NewOptions() *Options {
+	return &Options{
+		MasqueradeBit:      14,
+		Scheduler:          "rr",
+		SyncPeriod:         30 * time.Second,
+		MinSyncPeriod:      0,
+		IPTablesBackend:    "auto",
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "127.0.0.1:10249",
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty means in-cluster configuration.")
+	fs.StringVar(&o.Master, "master", o.Master, "The address of the Kubernetes API server (overrides the kubeconfig).")
+	fs.StringVar(&o.HostnameOverride, "hostname-override", o.HostnameOverride, "The name of this node, if not the hostname; endpoints with this nodeName are local.")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "The pod CIDR range(s) of the cluster, comma-separated (one per family); ClusterIP traffic from outside it is masqueraded.")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", o.MasqueradeAll, "Masquerade all traffic sent to ClusterIPs.")
+	fs.Int32Var(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "The fwmark bit (0-31) that marks packets to masquerade.")
+	fs.StringVar(&o.Scheduler, "ipvs-scheduler", o.Scheduler, "The default IPVS scheduler: rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq or mh.")
+	fs.DurationVar(&o.SyncPeriod, "ipvs-sync-period", o.SyncPeriod, "How often a full pass reads the kernel and repairs drift (> 0).")
+	fs.DurationVar(&o.MinSyncPeriod, "ipvs-min-sync-period", o.MinSyncPeriod, "The least time between two sync batches; changes arriving meanwhile are coalesced.")
+	fs.StringSliceVar(&o.ExcludeCIDRs, "ipvs-exclude-cidrs", o.ExcludeCIDRs, "CIDRs whose IPVS virtual servers and addresses ipvsproxy never removes.")
+	fs.BoolVar(&o.StrictARP, "ipvs-strict-arp", o.StrictARP, "Set arp_ignore=1 and arp_announce=2 so the node does not answer ARP for service addresses.")
+	fs.DurationVar(&o.TCPTimeout, "ipvs-tcp-timeout", o.TCPTimeout, "IPVS timeout for idle TCP connections; 0 leaves the kernel's value.")
+	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
+	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
+	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
+	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
+}
+
+// Validate checks the options and returns one line naming the first bad
+// flag and why.
+func (o *Options) Validate() error {
+	if !sync.Schedulers[o.Scheduler] {
+		return fmt.Errorf("--ipvs-scheduler %q: not an IPVS scheduler (want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh)", o.Scheduler)
+	}
+	if o.SyncPeriod <= 0 {
+		return fmt.Errorf("--ipvs-sync-period %s: must be greater than 0", o.SyncPeriod)
+	}
+	if o.MinSyncPeriod < 0 || o.MinSyncPeriod > o.SyncPeriod {
+		return fmt.Errorf("--ipvs-min-sync-period %s: must be between 0 and --ipvs-sync-period (%s)", o.MinSyncPeriod, o.SyncPeriod)
+	}
+	if o.MasqueradeBit < 0 || o.MasqueradeBit > 31 {
+		return fmt.Errorf("--iptables-masquerade-bit %d: must be between 0 and 31", o.MasqueradeBit)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--ipvs-tcp-timeout", o.TCPTimeout}, {"--ipvs-tcpfin-timeout", o.TCPFinTimeout}, {"--ipvs-udp-timeout", o.UDPTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
+		}
+	}
+	if _, err := o.clusterCIDRs(); err != nil {
+		return err
+	}
+	if _, err := o.excludeCIDRs(); err != nil {
+		return err
+	}
+	if _, err := iptables.ParseBackend(o.IPTablesBackend); err != nil {
+		return fmt.Errorf("--iptables-backend %q: want auto, legacy or nft", o.IPTablesBackend)
+	}
+	for _, a := range []struct{ flag, v string }{{"--healthz-bind-address", o.HealthzBindAddress}, {"--metrics-bind-address", o.MetricsBindAddress}} {
+		if a.v == "" {
+			continue
+		}
+		if _, err := netip.ParseAddrPort(a.v); err != nil {
+			return fmt.Errorf("%s %q: want ip:port", a.flag, a.v)
+		}
+	}
+	return nil
+}
+
+func (o *Options) clusterCIDRs() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	seen := map[bool]bool{}
+	for _, s := range strings.Split(o.ClusterCIDR, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-cidr %q: %q is not a CIDR", o.ClusterCIDR, s)
+		}
+		if seen[p.Addr().Is6()] {
+			return nil, fmt.Errorf("--cluster-cidr %q: at most one CIDR per IP family", o.ClusterCIDR)
+		}
+		seen[p.Addr().Is6()] = true
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range o.ExcludeCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--ipvs-exclude-cidrs: %q is not a CIDR", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

@@ -1,0 +1,237 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/healthz"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/sysctl"
+)
+
+// Run runs the proxy until SIGINT/SIGTERM or ctx ends. Stopping leaves the
+// kernel as it is: traffic keeps flowing while the proxy restarts.
+func Run(ctx context.Context, o *Options) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	nodeName, err := hostname(o.HostnameOverride)
+	if err != nil {
+		return err
+	}
+	clusterCIDRs, _ := o.clusterCIDRs()
+	exclude, _ := o.excludeCIDRs()
+	client, err := newClient(o)
+	if err != nil {
+		return err
+	}
+
+	ipvsHandle, err := ipvs.New()
+	if err != nil {
+		return err
+	}
+	defer ipvsHandle.Close()
+	dummy, err := dummyif.New(dummyif.DefaultLinkName)
+	if err != nil {
+		return err
+	}
+	sets, err := ipset.New()
+	if err != nil {
+		return err
+	}
+	if err := startupSysctls(sysctl.New(), o.StrictARP); err != nil {
+		return err
+	}
+	if err := applyTimeouts(ipvsHandle, o); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := sync.NewMetrics(reg)
+
+	v6 := ipv6Usable()
+	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
+		onFail: metrics.RestoreFailures.Inc}
+	if setup.rules, err = ruleSyncers(o, clusterCIDRs, v6); err != nil {
+		return err
+	}
+	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
+		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
+
+	var ownedSets []string
+	for _, s := range setup.sets {
+		ownedSets = append(ownedSets, s.Name)
+	}
+	rec := sync.NewReconciler(sync.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
+	tracker := sync.NewTracker()
+	events, stopEvents := newEventSink(client, nodeName)
+	defer stopEvents()
+	runner := sync.NewRunner(sync.RunnerConfig{
+		Build:         sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6},
+		SyncPeriod:    o.SyncPeriod,
+		MinSyncPeriod: o.MinSyncPeriod,
+		Prepare:       setup.ensure,
+		Events:        events,
+		Metrics:       metrics,
+	}, tracker, rec)
+
+	health := healthz.New(runner, 2*o.SyncPeriod, reg)
+	if err := serve(ctx, "healthz", o.HealthzBindAddress, health.Handler()); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if err := serve(ctx, "metrics", o.MetricsBindAddress, mux); err != nil {
+		return err
+	}
+
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = proxyLabelSelector() }))
+	svcInformer := factory.Core().V1().Services().Informer()
+	sliceInformer := factory.Discovery().V1().EndpointSlices().Informer()
+	if _, err := svcInformer.AddEventHandler(tracker.ServiceHandler()); err != nil {
+		return err
+	}
+	if _, err := sliceInformer.AddEventHandler(tracker.EndpointSliceHandler()); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	runner.Run(ctx, func() bool { return svcInformer.HasSynced() && sliceInformer.HasSynced() })
+	factory.Shutdown()
+	klog.InfoS("Stopped; kernel state left in place")
+	return nil
+}
+
+// proxyLabelSelector is kube-proxy's: skip objects another proxy handles
+// (service.kubernetes.io/service-proxy-name) and headless endpoints.
+func proxyLabelSelector() string {
+	noProxy, _ := labels.NewRequirement("service.kubernetes.io/service-proxy-name", selection.DoesNotExist, nil)
+	noHeadless, _ := labels.NewRequirement(v1.IsHeadlessService, selection.DoesNotExist, nil)
+	return labels.NewSelector().Add(*noProxy, *noHeadless).String()
+}
+
+func newClient(o *Options) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags(o.Master, o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "ipvsproxy/" + version
+	cfg.QPS, cfg.Burst = 50, 100
+	// Watch as protobuf: smaller and faster to decode at 100k objects.
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// ruleSyncers builds one iptables rule syncer per family in use.
+func ruleSyncers(o *Options, clusterCIDRs []netip.Prefix, v6 bool) ([]*iptables.Syncer, error) {
+	backend, err := iptables.ParseBackend(o.IPTablesBackend)
+	if err != nil {
+		return nil, err
+	}
+	if backend == iptables.BackendAuto {
+		if backend, err = iptables.DetectBackend(); err != nil {
+			return nil, err
+		}
+		klog.InfoS("Detected the iptables backend", "backend", backend)
+	}
+	families := []iptables.Family{iptables.IPv4}
+	if v6 {
+		families = append(families, iptables.IPv6)
+	}
+	var out []*iptables.Syncer
+	for _, fam := range families {
+		runner, err := iptables.NewExecRunner(fam, backend)
+		if err != nil {
+			return nil, err
+		}
+		cfg := iptables.DefaultConfig(fam)
+		cfg.MasqueradeBit = int(o.MasqueradeBit)
+		cfg.MasqueradeAll = o.MasqueradeAll
+		cfg.LocalDetector.ClusterCIDRs = clusterCIDRs
+		cfg.RandomFully = iptables.SupportsRandomFully(runner)
+		s, err := iptables.NewSyncer(runner, cfg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ipv6Usable reports whether the node has IPv6 at all.
+func ipv6Usable() bool {
+	_, err := os.Stat("/proc/net/if_inet6")
+	return err == nil
+}
+
+// serve listens on addr (empty: disabled) and serves h until ctx ends. A
+// bind failure is returned at once, as a one-line error.
+func serve(ctx context.Context, what, addr string, h http.Handler) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s server: %w", what, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Server stopped", "server", what)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return nil
+}
+
+// eventSink posts Warning Events on Services through client-go's recorder,
+// which also aggregates and rate-limits repeats.
+type eventSink struct{ rec record.EventRecorder }
+
+func (e eventSink) Warning(svc *v1.Service, reason, message string) {
+	e.rec.Event(svc, v1.EventTypeWarning, reason, message)
+}
+
+func newEventSink(client kubernetes.Interface, node string) (sync.EventSink, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "ipvsproxy", Host: node})
+	return eventSink{rec: rec}, b.Shutdown
+}

@@ -1,0 +1,15 @@
+// Command ipvsproxy is a Kubernetes service proxy that programs the
+// kernel's IPVS load balancer incrementally. See the README.
+package main
+
+import (
+	"os"
+
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/app"
+)
+
+func main() {
+	if err := app.NewCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
