@@ -1,0 +1,76 @@
+package app
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestBadFlagsGiveOneLineErrors runs the real command with bad flags: each
+// must fail before touching anything, with one line naming the flag.
+func TestBadFlagsGiveOneLineErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ipvs-scheduler", "fastest"}, `--ipvs-scheduler "fastest": not an IPVS scheduler`},
+		{[]string{"--ipvs-sync-period", "0s"}, "--ipvs-sync-period 0s: must be greater than 0"},
+		{[]string{"--ipvs-min-sync-period", "1m", "--ipvs-sync-period", "30s"}, "--ipvs-min-sync-period 1m0s: must be between 0 and --ipvs-sync-period (30s)"},
+		{[]string{"--iptables-masquerade-bit", "32"}, "--iptables-masquerade-bit 32: must be between 0 and 31"},
+		{[]string{"--cluster-cidr", "10.244.0.0/33"}, `--cluster-cidr "10.244.0.0/33": "10.244.0.0/33" is not a CIDR`},
+		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "at most one CIDR per IP family"},
+		{[]string{"--ipvs-exclude-cidrs", "nonsense"}, `--ipvs-exclude-cidrs: "nonsense" is not a CIDR`},
+		{[]string{"--iptables-backend", "ebpf"}, `--iptables-backend "ebpf": want auto, legacy or nft`},
+		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
+		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
+		{[]string{"--ipvs-sync-period", "soon"}, `invalid argument "soon" for "--ipvs-sync-period"`},
+		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
+	}
+	for _, c := range cases {
+		cmd := NewCommand()
+		var stderr bytes.Buffer
+		cmd.SetErr(&stderr)
+		cmd.SetOut(&stderr)
+		cmd.SetArgs(c.args)
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("%v: accepted", c.args)
+			continue
+		}
+		out := stderr.String()
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%v: stderr %q does not say %q", c.args, out, c.want)
+		}
+		if n := strings.Count(strings.TrimSpace(out), "\n"); n != 0 || !strings.HasPrefix(out, "ipvsproxy: ") {
+			t.Errorf("%v: want one line starting with 'ipvsproxy: ', got %q", c.args, out)
+		}
+	}
+}
+
+func TestDefaultsAreKubeProxys(t *testing.T) {
+	o := NewOptions()
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Scheduler != "rr" || o.SyncPeriod.Seconds() != 30 || o.MasqueradeBit != 14 ||
+		o.HealthzBindAddress != "0.0.0.0:10256" || o.MetricsBindAddress != "127.0.0.1:10249" {
+		t.Errorf("defaults drifted from kube-proxy's: %+v", o)
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	cmd := NewCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"version"})
+	if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "ipvsproxy dev (go") {
+		t.Errorf("version: %q %v", out.String(), err)
+	}
+}
+
+func TestProxyLabelSelectorIsKubeProxys(t *testing.T) {
+	got := proxyLabelSelector()
+	want := "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"
+	if got != want {
+		t.Errorf("selector %q, want %q", got, want)
+	}
+}
