@@ -61,6 +61,9 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	defer ipvsHandle.Close()
+	if err := ipvs.SchedulerAvailable(o.Scheduler); err != nil {
+		return fmt.Errorf("--ipvs-scheduler %s: %w", o.Scheduler, err)
+	}
 	dummy, err := dummyif.New(dummyif.DefaultLinkName)
 	if err != nil {
 		return err

@@ -1,0 +1,160 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+type recordedEvents struct {
+	mu   gosync.Mutex
+	msgs []string
+}
+
+func (r *recordedEvents) Warning(svc *v1.Service, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, svc.Name+" "+reason+": "+msg)
+}
+
+func (r *recordedEvents) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.msgs...)
+}
+
+// runnerHarness runs the real informers (on a fake clientset), tracker,
+// runner and reconciler over a fake kernel.
+type runnerHarness struct {
+	k      *kernel
+	client *fake.Clientset
+	events *recordedEvents
+	runner *Runner
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startRunner(t *testing.T, syncPeriod time.Duration, objects ...any) *runnerHarness {
+	t.Helper()
+	h := &runnerHarness{k: newKernel(t), client: fake.NewClientset(), events: &recordedEvents{}, done: make(chan struct{})}
+	var sets []string
+	for _, s := range OwnedSets(true, true) {
+		sets = append(sets, s.Name)
+	}
+	rec := NewReconciler(h.k.Kernel(), sets, nil)
+	tracker := NewTracker()
+	h.runner = NewRunner(RunnerConfig{Build: testConfig, SyncPeriod: syncPeriod, Events: h.events,
+		RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}, tracker, rec)
+	factory := informers.NewSharedInformerFactory(h.client, 0)
+	si := factory.Core().V1().Services().Informer()
+	ei := factory.Discovery().V1().EndpointSlices().Informer()
+	si.AddEventHandler(tracker.ServiceHandler())
+	ei.AddEventHandler(tracker.EndpointSliceHandler())
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	factory.Start(ctx.Done())
+	go func() {
+		defer close(h.done)
+		h.runner.Run(ctx, func() bool { return si.HasSynced() && ei.HasSynced() })
+	}()
+	t.Cleanup(func() { cancel(); <-h.done; factory.Shutdown() })
+	return h
+}
+
+func (h *runnerHarness) create(t *testing.T, s *v1.Service, slices ...*discovery.EndpointSlice) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := h.client.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sl := range slices {
+		if _, err := h.client.DiscoveryV1().EndpointSlices(sl.Namespace).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRunnerProgramsFromInformers(t *testing.T) {
+	h := startRunner(t, time.Hour)
+	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
+		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
+	want := "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n"
+	eventually(t, "the service in ipvsadm -Sn", func() bool { return h.k.ipvs.String() == want })
+	eventually(t, "healthy: nothing pending", func() bool { q, s := h.runner.Pending(); return q.IsZero() && !s.IsZero() })
+
+	if err := h.client.CoreV1().Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the service gone", func() bool {
+		return h.k.ipvs.String() == "" && len(h.k.dummy.Addresses()) == 0 && h.k.ipsetEntries() == ""
+	})
+}
+
+func TestRunnerRetriesFailedKeyWithBackoff(t *testing.T) {
+	h := startRunner(t, time.Hour)
+	h.k.ipvs.FailTimes(3, "AddRealServer", nil, errors.New("injected: ENOMEM"))
+	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
+		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
+	eventually(t, "the real server after three failures", func() bool {
+		return strings.Contains(h.k.ipvs.String(), "-r 10.244.1.5:8080")
+	})
+	if n := h.k.ipvs.Count("AddRealServer"); n != 4 {
+		t.Errorf("AddRealServer called %d times, want 3 failures + 1 success", n)
+	}
+}
+
+func TestRunnerFullPassRepairsDrift(t *testing.T) {
+	h := startRunner(t, 50*time.Millisecond)
+	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
+		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
+	want := "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n"
+	eventually(t, "programmed", func() bool { return h.k.ipvs.String() == want })
+	must(t, h.k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 80}))
+	must(t, h.k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.10")))
+	eventually(t, "drift repaired by the periodic full pass", func() bool {
+		return h.k.ipvs.String() == want && len(h.k.dummy.Addresses()) == 1
+	})
+}
+
+func TestRunnerReportsBadServiceOnce(t *testing.T) {
+	h := startRunner(t, 20*time.Millisecond)
+	bad := svc("default", "web", "10.96.0.10", "http:80", "bad:0")
+	bad.Annotations = map[string]string{AnnotationScheduler: "fastest"}
+	h.create(t, bad)
+	h.create(t, svc("default", "fine", "10.96.0.11", "80"))
+	eventually(t, "the good service programmed despite the bad one", func() bool {
+		return strings.Contains(h.k.ipvs.String(), "10.96.0.11:80") && strings.Contains(h.k.ipvs.String(), "10.96.0.10:80")
+	})
+	time.Sleep(150 * time.Millisecond) // several full passes rebuild the bad service
+	ev := h.events.list()
+	if len(ev) != 1 {
+		t.Fatalf("want one deduplicated Warning, got %d: %q", len(ev), ev)
+	}
+	want := `web IPVSProxyInvalidService: annotation ipvsproxy.io/scheduler: unknown scheduler "fastest"; using "rr"; port "bad": port 0 is out of range 1-65535`
+	if ev[0] != want {
+		t.Errorf("event:\n got %s\nwant %s", ev[0], want)
+	}
+}
