@@ -220,3 +220,19 @@ func DumpKernel() string {
 	}
 	return b.String()
 }
+
+// DelAddr removes ip from link by hand, whatever its prefix length: the
+// drift tests play an operator (or other software) breaking the node.
+func DelAddr(link, ip string) error {
+	out, err := Run("ip", "-o", "addr", "show", "dev", link)
+	if err != nil {
+		return err
+	}
+	for _, f := range strings.Fields(out) {
+		if strings.HasPrefix(f, ip+"/") {
+			_, err := Run("ip", "addr", "del", f, "dev", link)
+			return err
+		}
+	}
+	return fmt.Errorf("%s not on %s", ip, link)
+}

@@ -128,4 +128,3 @@ func appendNew(v []int, n int) []int {
 	}
 	return append(v, n)
 }
-

@@ -84,7 +84,7 @@ func (p *Pod) plumb() error {
 		{"link", "add", p.hostIf, "type", "veth", "peer", "name", "eth0", "netns", p.netns},
 		in("link", "set", "lo", "up"),
 		in("link", "set", "eth0", "up"),
-		in("addr", "add", p.IP + "/32", "dev", "eth0"),
+		in("addr", "add", p.IP+"/32", "dev", "eth0"),
 		in("route", "add", podGateway, "dev", "eth0", "scope", "link"),
 		in("route", "add", "default", "via", podGateway, "dev", "eth0"),
 		{"addr", "add", podGateway + "/32", "dev", p.hostIf},

@@ -1,0 +1,73 @@
+# lib.sh: shared by run.sh and demo.sh (sourced, not run). Installs what the
+# sandbox needs on a fresh Debian/Ubuntu machine and builds the guest's
+# binaries. Every stage's duration is printed and collected in $timings.
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+e2e=$repo/e2e
+timings=""
+stage_start=0
+
+stage() { stage_name=$1; stage_start=$(date +%s); echo "==> $stage_name" >&2; }
+stage_done() {
+  local d=$(( $(date +%s) - stage_start ))
+  timings+=$(printf '  %-28s %4ds' "$stage_name" "$d")$'\n'
+  echo "    ($stage_name: ${d}s)" >&2
+}
+print_timings() { printf 'stage timings:\n%s' "$timings" >&2; }
+
+# Commands the sandbox uses, and the Debian package providing each.
+declare -A pkg_of=(
+  [linux.uml]=user-mode-linux [depmod]=kmod [ipvsadm]=ipvsadm [ipset]=ipset
+  [iptables-legacy]=iptables [ip]=iproute2 [etcd]=etcd-server [curl]=curl
+  [conntrack]=conntrack
+)
+
+install_packages() {
+  local missing=()
+  for c in "${!pkg_of[@]}"; do
+    PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || missing+=("${pkg_of[$c]}")
+  done
+  [ -d /usr/lib/uml/modules ] || missing+=(user-mode-linux)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "    installing: ${missing[*]}" >&2
+  if [ "$(id -u)" != 0 ]; then
+    echo "e2e: missing packages (${missing[*]}) and not root to install them" >&2
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# go_build_e2e ARGS...: `go ARGS` with the e2e tag, static for the guest.
+# The e2e code needs client-go's whole dependency closure in go.sum; if the
+# root module's go.sum lacks some of it, fall back to a private workspace
+# (e2e/.cache/work) whose go.work.sum holds the missing checksums, so the
+# product's go.mod/go.sum are never rewritten by the harness.
+go_build_e2e() {
+  local log
+  if log=$(cd "$repo" && CGO_ENABLED=0 go "$@" 2>&1); then return 0; fi
+  if ! grep -q 'missing go.sum entry' <<<"$log"; then echo "$log" >&2; return 1; fi
+  echo "    root go.sum lacks client-go checksums; using e2e/.cache/work/go.work" >&2
+  mkdir -p "$e2e/.cache/work"
+  local gover
+  gover=$(awk '$1 == "go" {print $2; exit}' "$repo/go.mod")
+  printf 'go %s\n\nuse ../../..\n' "$gover" > "$e2e/.cache/work/go.work"
+  (cd "$repo" && export GOWORK=$e2e/.cache/work/go.work &&
+    go mod download k8s.io/client-go k8s.io/api k8s.io/apimachinery &&
+    CGO_ENABLED=0 go "$@")
+}
+
+build_guest_binaries() {
+  mkdir -p "$repo/bin"
+  go_build_e2e build -tags e2e -o "$repo/bin/e2ectl" ./e2e/cmd/e2ectl
+  go_build_e2e test -tags e2e -c -o "$repo/bin/e2e.test" ./e2e
+}
+
+# new_results NAME: a fresh results folder e2e/out/NAME-TIME, also linked
+# as e2e/out/NAME-latest.
+new_results() {
+  local dir
+  dir=$e2e/out/$1-$(date +%Y%m%d-%H%M%S)
+  mkdir -p "$dir"
+  ln -sfn "$(basename "$dir")" "$e2e/out/$1-latest"
+  echo "$dir"
+}

@@ -1,0 +1,106 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
+)
+
+// Restarting ipvsproxy (gracefully, and by crash) while a client loops on
+// the VIP loses no request, and the kernel objects are adopted, not
+// re-created: their cumulative counters keep growing instead of resetting.
+func TestRestartNoBlip(t *testing.T) {
+	p := proxy(t)
+	pods := startPods(t, "restart", 2, []int{8080}, nil)
+	ts := createService(t, namespace(t), "steady", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	vs := ts.vsKey(ts.svc.Spec.Ports[0])
+
+	for _, c := range []struct {
+		name    string
+		restart func() error
+	}{
+		{"SIGTERM", p.Restart},
+		{"SIGKILL", func() error {
+			if err := p.Kill(); err != nil {
+				return err
+			}
+			return p.Start()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := stats(t)
+			loop := framework.StartLoop(framework.GetTCP, ts.VIP, 80, 20*time.Millisecond)
+			time.Sleep(time.Second)
+			start := time.Now()
+			if err := c.restart(); err != nil {
+				loop.Stop()
+				t.Fatalf("restart: %v", err)
+			}
+			t.Logf("ipvsproxy back up after %v", time.Since(start).Round(time.Millisecond))
+			// Keep the client going through the start-up sync and the
+			// first periodic full sync, where a careless proxy flushes.
+			time.Sleep(framework.SyncPeriod + 2*time.Second)
+			tally := loop.Stop()
+			// The kernel folds its per-CPU counters into what ipvsadm
+			// reads every 2 s (the rate estimator); wait for that.
+			time.Sleep(3 * time.Second)
+			after := stats(t)
+			t.Logf("client during restart: %v", tally)
+			if len(tally.Errors) > 0 {
+				t.Errorf("%d requests failed during the restart: %v\n%s", len(tally.Errors), tally, framework.DumpKernel())
+			}
+			ok := tally.Total() - len(tally.Errors)
+			if got, min := after[vs].Conns, before[vs].Conns+uint64(ok); got < min {
+				t.Errorf("%s connection counter %d -> %d after %d successful requests: the VS was re-created",
+					vs, before[vs].Conns, got, ok)
+			}
+			// Each connection also counts on the real server that took it:
+			// a real server deleted and re-added would lose its share.
+			var rsDelta int64
+			for _, pod := range pods {
+				rs := vs + " -> " + net.JoinHostPort(pod.IP, "8080")
+				rsDelta += int64(after[rs].Conns) - int64(before[rs].Conns)
+			}
+			if rsDelta < int64(ok) {
+				t.Errorf("real servers counted %d new connections for %d successful requests: a real server was re-created", rsDelta, ok)
+			}
+			if err := ts.kernelMatches(); err != nil {
+				t.Errorf("after restart: %v\n%s", err, framework.DumpKernel())
+			}
+		})
+	}
+}
+
+func stats(t *testing.T) map[string]framework.Stats {
+	t.Helper()
+	s, err := framework.IPVSStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Drift: a VS deleted and a VIP unbound by hand come back within one sync
+// period, and traffic flows again.
+func TestDriftRepaired(t *testing.T) {
+	proxy(t)
+	pods := startPods(t, "drift", 2, []int{8080}, nil)
+	ts := createService(t, namespace(t), "drift", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+
+	if _, err := framework.Run("ipvsadm", "-D", "-t", net.JoinHostPort(ts.VIP, strconv.Itoa(80))); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.DelAddr("kube-ipvs0", ts.VIP); err != nil {
+		t.Fatal(err)
+	}
+	// One sync period plus slack for a single-CPU guest.
+	waitKernel(t, framework.SyncPeriod+3*time.Second, "VS and VIP restored", ts.kernelMatches)
+	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# run.sh: the end-to-end suite (`make e2e`). On the host: install missing
+# packages, build kube-apiserver (cached), the pods' backend and the test
+# binary; then boot user-mode Linux, start etcd + kube-apiserver inside and
+# run the tests as root against bin/ipvsproxy. Exits with the tests' status.
+#
+# Environment:
+#   E2E_RUN=REGEXP       run only matching tests (go test -run)
+#   E2E_TIMEOUT=SECONDS  kill a hung sandbox after this long (default 1500)
+#   E2E_IPVSPROXY=PATH   binary under test (default bin/ipvsproxy)
+#   E2E_VERBOSE=0        less test output (default: -test.v)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+total_start=$(date +%s)
+trap print_timings EXIT
+
+stage "packages"; install_packages; stage_done
+stage "kube-apiserver (cached)"; apiserver=$("$e2e/tools/build.sh" kube-apiserver); stage_done
+stage "e2e binaries"; build_guest_binaries; stage_done
+
+export E2E_IPVSPROXY=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
+[ -x "$E2E_IPVSPROXY" ] || echo "e2e: warning: $E2E_IPVSPROXY missing; the ipvsproxy tests will fail (make build)" >&2
+export E2E_APISERVER=$apiserver E2E_CTL=$repo/bin/e2ectl
+export E2E_RESULTS; E2E_RESULTS=$(new_results e2e)
+timeout=${E2E_TIMEOUT:-1500}
+args=(-test.count=1 -test.timeout="$(( timeout - 120 ))s")
+[ "${E2E_VERBOSE:-1}" = 0 ] || args+=(-test.v)
+[ -z "${E2E_RUN:-}" ] || args+=(-test.run="$E2E_RUN")
+
+stage "sandbox: boot + apiserver + tests"
+set +e
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem 3G -- \
+  "$e2e/guest/cluster.sh" "$repo/bin/e2e.test" "${args[@]}")
+rc=$?
+set -e
+stage_done
+timings+=$(printf '  %-28s %4ds' total $(( $(date +%s) - total_start )))$'\n'
+echo "e2e: results (logs of ipvsproxy, kube-apiserver, etcd, pods; console.log) in $E2E_RESULTS" >&2
+[ "$rc" = 0 ] && echo "e2e: PASS" >&2 || echo "e2e: FAIL (status $rc)" >&2
+exit "$rc"
