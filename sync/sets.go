@@ -7,15 +7,50 @@ import (
 )
 
 // The ipsets ipvsproxy keeps, named as kube-proxy names them so operators
-// who migrate find what they know in `ipset list`.
+// who migrate find what they know in `ipset list`. The fixed iptables
+// rules match on these sets, so per-service state never becomes a rule.
 const (
-	SetClusterIP = "KUBE-CLUSTER-IP" // hash:ip,port — every ClusterIP:port
-	SetLoopBack  = "KUBE-LOOP-BACK"  // hash:ip,port,ip — local endpoint hairpin
+	SetLoopBack            = "KUBE-LOOP-BACK"                 // hash:ip,port,ip — local endpoint hairpin
+	SetClusterIP           = "KUBE-CLUSTER-IP"                // hash:ip,port — every ClusterIP:port
+	SetExternalIP          = "KUBE-EXTERNAL-IP"               // hash:ip,port — external IP:port
+	SetExternalIPLocal     = "KUBE-EXTERNAL-IP-LOCAL"         // hash:ip,port — same, externalTrafficPolicy=Local
+	SetLoadBalancer        = "KUBE-LOAD-BALANCER"             // hash:ip,port — LB ingress IP:port
+	SetLoadBalancerLocal   = "KUBE-LOAD-BALANCER-LOCAL"       // hash:ip,port — same, externalTrafficPolicy=Local
+	SetLoadBalancerFW      = "KUBE-LOAD-BALANCER-FW"          // hash:ip,port — LB IP:port with source ranges
+	SetLoadBalancerSrcIP   = "KUBE-LOAD-BALANCER-SOURCE-IP"   // hash:ip,port,ip — LB IP, port, allowed source IP
+	SetLoadBalancerSrcCIDR = "KUBE-LOAD-BALANCER-SOURCE-CIDR" // hash:ip,port,net — LB IP, port, allowed source CIDR
+	SetNodePortTCP         = "KUBE-NODE-PORT-TCP"             // bitmap:port — node ports
+	SetNodePortUDP         = "KUBE-NODE-PORT-UDP"             // bitmap:port
+	SetNodePortLocalTCP    = "KUBE-NODE-PORT-LOCAL-TCP"       // bitmap:port — node ports, externalTrafficPolicy=Local
+	SetNodePortLocalUDP    = "KUBE-NODE-PORT-LOCAL-UDP"       // bitmap:port
+	SetNodePortSCTP        = "KUBE-NODE-PORT-SCTP-HASH"       // hash:ip,port — SCTP: node IP:port
+	SetNodePortLocalSCTP   = "KUBE-NODE-PORT-LOCAL-SCTP-HASH" // hash:ip,port
+	SetHealthCheckNodePort = "KUBE-HEALTH-CHECK-NODE-PORT"    // bitmap:port — healthCheckNodePorts
+	SetIPVSIPs             = "KUBE-IPVS-IPS"                  // hash:ip — every address on kube-ipvs0
 )
 
-var setTypes = map[string]ipset.Type{
-	SetClusterIP: ipset.HashIPPort,
-	SetLoopBack:  ipset.HashIPPortIP,
+// setOrder is the order sets are created in, and their types.
+var setOrder = []struct {
+	base string
+	typ  ipset.Type
+}{
+	{SetLoopBack, ipset.HashIPPortIP},
+	{SetClusterIP, ipset.HashIPPort},
+	{SetExternalIP, ipset.HashIPPort},
+	{SetExternalIPLocal, ipset.HashIPPort},
+	{SetLoadBalancer, ipset.HashIPPort},
+	{SetLoadBalancerLocal, ipset.HashIPPort},
+	{SetLoadBalancerFW, ipset.HashIPPort},
+	{SetLoadBalancerSrcIP, ipset.HashIPPortIP},
+	{SetLoadBalancerSrcCIDR, ipset.HashIPPortNet},
+	{SetNodePortTCP, ipset.BitmapPort},
+	{SetNodePortUDP, ipset.BitmapPort},
+	{SetNodePortLocalTCP, ipset.BitmapPort},
+	{SetNodePortLocalUDP, ipset.BitmapPort},
+	{SetNodePortSCTP, ipset.HashIPPort},
+	{SetNodePortLocalSCTP, ipset.HashIPPort},
+	{SetHealthCheckNodePort, ipset.BitmapPort},
+	{SetIPVSIPs, ipset.HashIP},
 }
 
 // SetName returns the name of a set for a family: the IPv6 twin of
@@ -32,7 +67,8 @@ func SetName(base string, v6 bool) string {
 }
 
 // OwnedSets lists the sets ipvsproxy creates and owns for the enabled
-// families. Entries in these sets that no service wants are pruned.
+// families, in creation order. Entries in these sets that no service wants
+// are pruned.
 func OwnedSets(v4, v6 bool) []ipset.Set {
 	var out []ipset.Set
 	for _, fam := range []struct {
@@ -43,14 +79,14 @@ func OwnedSets(v4, v6 bool) []ipset.Set {
 		if !fam.on {
 			continue
 		}
-		for _, base := range []string{SetClusterIP, SetLoopBack} {
-			out = append(out, ipset.Set{
-				Name:     SetName(base, fam.v6),
-				Type:     setTypes[base],
-				Family:   fam.f,
-				HashSize: ipset.DefaultHashSize,
-				MaxElem:  ipset.DefaultMaxElem,
-			})
+		for _, s := range setOrder {
+			set := ipset.Set{Name: SetName(s.base, fam.v6), Type: s.typ}
+			if s.typ == ipset.BitmapPort {
+				set.PortFrom, set.PortTo = 0, 65535
+			} else {
+				set.Family, set.HashSize, set.MaxElem = fam.f, ipset.DefaultHashSize, ipset.DefaultMaxElem
+			}
+			out = append(out, set)
 		}
 	}
 	return out
