@@ -7,6 +7,7 @@
 //	e2ectl node --kubeconfig F --name N --ip IP     register the sandbox Node
 //	e2ectl apply --kubeconfig F [--pods DIR] FILE…  create Services/EndpointSlices
 //	                                                (and, with --pods, a pod per endpoint)
+//	e2ectl ask tcp|udp IP PORT [N]                  N requests; prints which pod answered
 //
 // It saves building kubectl and openssl dependencies for a fresh machine.
 package main
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2ectl backend|keys|node|apply ...")
+		fmt.Fprintln(os.Stderr, "usage: e2ectl backend|keys|node|apply|ask ...")
 		os.Exit(2)
 	}
 	var err error
@@ -45,6 +47,8 @@ func main() {
 		err = node(args)
 	case "apply":
 		err = apply(args)
+	case "ask":
+		err = ask(args)
 	default:
 		err = fmt.Errorf("unknown command %q", cmd)
 	}
@@ -141,4 +145,34 @@ func apply(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return c.Apply(ctx, objs)
+}
+
+// ask is the demo's client for UDP (curl covers TCP): one fresh socket per
+// request, so round-robin shows.
+func ask(args []string) error {
+	if len(args) < 3 {
+		return fmt.Errorf("usage: e2ectl ask tcp|udp IP PORT [N]")
+	}
+	f := framework.GetTCP
+	if args[0] == "udp" {
+		f = framework.AskUDP
+	}
+	port, err := strconv.Atoi(args[2])
+	if err != nil {
+		return err
+	}
+	n := 1
+	if len(args) > 3 {
+		if n, err = strconv.Atoi(args[3]); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < n; i++ {
+		name, err := f(args[1], port)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %s:%d answered by %s\n", args[0], args[1], port, name)
+	}
+	return nil
 }
