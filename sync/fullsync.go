@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
 
@@ -71,6 +72,15 @@ func (r *Reconciler) snapshot(want map[string]*ServiceState) (*kernelSnapshot, e
 	for _, a := range addrs {
 		snap.addrs[a] = true
 	}
+	for _, set := range r.sets {
+		entries, err := r.kernel.IPSet.ListEntries(set)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			snap.entries[SetEntry{Set: set, Entry: e}] = true
+		}
+	}
 	wanted := map[ipvs.ServiceKey]bool{}
 	for _, st := range want {
 		for _, v := range st.VirtualServers {
@@ -82,7 +92,7 @@ func (r *Reconciler) snapshot(want map[string]*ServiceState) (*kernelSnapshot, e
 		return nil, err
 	}
 	for _, v := range vss {
-		kv := &kernelVS{vs: v, owned: wanted[v.ServiceKey] || snap.addrs[v.Address] && !r.excluded(v.Address)}
+		kv := &kernelVS{vs: v, owned: wanted[v.ServiceKey] || !r.excluded(v.Address) && snap.owns(v.ServiceKey)}
 		kv.vs.Stats = ipvs.Stats{}
 		if kv.owned {
 			reals, err := r.kernel.IPVS.ListRealServers(v.ServiceKey)
@@ -94,16 +104,35 @@ func (r *Reconciler) snapshot(want map[string]*ServiceState) (*kernelSnapshot, e
 		}
 		snap.vs[v.ServiceKey] = kv
 	}
-	for _, set := range r.sets {
-		entries, err := r.kernel.IPSet.ListEntries(set)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			snap.entries[SetEntry{Set: set, Entry: e}] = true
+	return snap, nil
+}
+
+// owns reports whether a virtual server nobody wants any more is
+// ipvsproxy's to remove: its address is bound on kube-ipvs0, or ipvsproxy's
+// sets still describe it (a load-balancer or external IP that is local on
+// another interface, a node port). A virtual server someone else made on
+// the node's addresses is left alone.
+func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
+	if s.addrs[k.Address] {
+		return true
+	}
+	v6 := k.Address.Is6()
+	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
+	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
+		if s.entries[SetEntry{Set: SetName(set, v6), Entry: ipPort}] {
+			return true
 		}
 	}
-	return snap, nil
+	var bitmap string
+	switch k.Protocol {
+	case ipvs.TCP:
+		bitmap = SetNodePortTCP
+	case ipvs.UDP:
+		bitmap = SetNodePortUDP
+	default:
+		return false
+	}
+	return s.entries[SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
 }
 
 // adopt replaces the applied records with the part of each wanted state

@@ -41,10 +41,13 @@ func TestClusterIPProgramsKernel(t *testing.T) {
 `)
 	assertText(t, "ipset save (entries)", k.ipsetEntries(), `
 add KUBE-6-CLUSTER-IP fd00::10,sctp:80
+add KUBE-6-IPVS-IPS fd00::10
 add KUBE-6-LOOP-BACK fd00:244::5,sctp:9000,fd00:244::5
 add KUBE-CLUSTER-IP 10.96.0.1,tcp:443
 add KUBE-CLUSTER-IP 10.96.0.10,tcp:80
 add KUBE-CLUSTER-IP 10.96.0.10,udp:53
+add KUBE-IPVS-IPS 10.96.0.1
+add KUBE-IPVS-IPS 10.96.0.10
 add KUBE-LOOP-BACK 10.244.1.5,tcp:8080,10.244.1.5
 add KUBE-LOOP-BACK 10.244.1.5,udp:5353,10.244.1.5
 `)
@@ -121,10 +124,11 @@ func TestIncrementalTouchesOnlyTheChangedService(t *testing.T) {
 		t.Errorf("incremental sync listed the kernel %d times", r)
 	}
 
-	// Delete service 7: its VS goes, and its address and set entry.
+	// Delete service 7: its VS goes, and its address and its entries in
+	// KUBE-CLUSTER-IP and KUBE-IPVS-IPS.
 	k.resetCounts()
 	e.remove("ns/svc-7")
-	want := "map[DeleteAddress:1 DeleteVirtualServer:1 del:1]"
+	want := "map[DeleteAddress:1 DeleteVirtualServer:1 del:2]"
 	if got := k.writes(); fmt.Sprint(got) != want {
 		t.Errorf("deleting a service: writes %v, want %s", got, want)
 	}
@@ -163,6 +167,7 @@ func TestSharedAddressIsRefcounted(t *testing.T) {
 	e.remove("default/web")
 	assertText(t, "entries after removing one of two users", k.ipsetEntries(), `
 add KUBE-CLUSTER-IP 10.96.0.11,tcp:80
+add KUBE-IPVS-IPS 10.96.0.11
 add KUBE-LOOP-BACK 10.244.1.5,tcp:8080,10.244.1.5
 `)
 	e.remove("default/other")

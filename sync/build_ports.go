@@ -1,0 +1,232 @@
+package sync
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// serviceBuilder accumulates one service's kernel objects.
+type serviceBuilder struct {
+	svc      *v1.Service
+	cfg      *Config
+	out      *Built
+	sched    string
+	flags    ipvs.Flags
+	affinity uint32
+
+	externalIPs  []netip.Addr
+	lbIPs        []netip.Addr
+	sourceRanges []netip.Prefix
+	localEps     map[ipvs.RealKey]bool
+	programmed   map[bool]bool // IP families (v6?) with at least one port
+}
+
+func (b *serviceBuilder) problem(format string, args ...any) {
+	b.out.Problems = append(b.out.Problems, fmt.Sprintf(format, args...))
+}
+
+// parseExternal validates the service's external IPs, load-balancer
+// ingress IPs and source ranges once, reporting what is malformed.
+func (b *serviceBuilder) parseExternal() {
+	for _, s := range b.svc.Spec.ExternalIPs {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" || !ip.Unmap().IsGlobalUnicast() {
+			b.problem("externalIP %q is not a unicast IP address", truncate(s))
+			continue
+		}
+		b.externalIPs = append(b.externalIPs, ip.Unmap())
+	}
+	if b.svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		for _, ing := range b.svc.Status.LoadBalancer.Ingress {
+			if ing.IP == "" {
+				continue // hostname-only ingress: nothing to program
+			}
+			if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
+				continue // the load balancer proxies; traffic arrives for the node, not the VIP
+			}
+			ip, err := netip.ParseAddr(ing.IP)
+			if err != nil || ip.Zone() != "" || !ip.Unmap().IsGlobalUnicast() {
+				b.problem("load balancer ingress IP %q is not a unicast IP address", truncate(ing.IP))
+				continue
+			}
+			b.lbIPs = append(b.lbIPs, ip.Unmap())
+		}
+		for _, s := range b.svc.Spec.LoadBalancerSourceRanges {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				b.problem("loadBalancerSourceRanges: %q is not a CIDR", truncate(s))
+				continue
+			}
+			b.sourceRanges = append(b.sourceRanges, p.Masked())
+		}
+	}
+}
+
+// port adds every virtual server of one service port in the family of ip
+// (the ClusterIP), with its set entries and addresses.
+func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*discovery.EndpointSlice) {
+	proto, ok := protocolOf(sp.Protocol)
+	if !ok {
+		b.problem("port %q: protocol %q is not supported", sp.Name, truncate(string(sp.Protocol)))
+		return
+	}
+	if sp.Port < 1 || sp.Port > 65535 {
+		b.problem("port %q: port %d is out of range 1-65535", sp.Name, sp.Port)
+		return
+	}
+	v6 := ip.Is6()
+	b.programmed[v6] = true
+	port := uint16(sp.Port)
+	eps := collectEndpoints(slices, sp, v6, b.cfg.NodeName)
+	cluster, external, noLocalIn, noLocalEx := categorize(b.svc, eps, b.cfg)
+	b.out.NoLocalInternal = b.out.NoLocalInternal || noLocalIn
+	b.out.NoLocalExternal = b.out.NoLocalExternal || noLocalEx
+	for _, e := range eps {
+		if e.local && (e.ready || e.serving && e.terminating) {
+			b.localEps[e.key] = true
+			b.entry(SetLoopBack, v6, ipset.Entry{IP: e.key.Address, Protocol: proto.String(), Port: e.key.Port, IP2: e.key.Address})
+		}
+	}
+	local := b.svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+
+	b.virtualServer(ip, proto, port, cluster)
+	b.bind(ip)
+	b.entry(SetClusterIP, v6, ipset.Entry{IP: ip, Protocol: proto.String(), Port: port})
+
+	for _, eip := range b.externalIPs {
+		if eip.Is6() != v6 {
+			continue
+		}
+		b.virtualServer(eip, proto, port, external)
+		b.bindUnlessHost(eip)
+		e := ipset.Entry{IP: eip, Protocol: proto.String(), Port: port}
+		b.entry(SetExternalIP, v6, e)
+		if local {
+			b.entry(SetExternalIPLocal, v6, e)
+		}
+	}
+	for _, lb := range b.lbIPs {
+		if lb.Is6() != v6 {
+			continue
+		}
+		b.virtualServer(lb, proto, port, external)
+		b.bindUnlessHost(lb)
+		e := ipset.Entry{IP: lb, Protocol: proto.String(), Port: port}
+		b.entry(SetLoadBalancer, v6, e)
+		if local {
+			b.entry(SetLoadBalancerLocal, v6, e)
+		}
+		b.sourceRangeEntries(lb, proto, port, v6)
+	}
+	b.nodePort(sp, proto, v6, local, external)
+}
+
+// sourceRangeEntries restricts a load-balancer IP:port to its
+// loadBalancerSourceRanges: the FW set marks it as restricted, the
+// SOURCE-CIDR set lists who may come in. When a range holds one of the
+// node's own addresses, the node may reach the LB IP through itself
+// (hairpin), as in kube-proxy: a SOURCE-IP entry with the LB IP as source.
+func (b *serviceBuilder) sourceRangeEntries(lb netip.Addr, proto ipvs.Protocol, port uint16, v6 bool) {
+	var ranges []netip.Prefix
+	for _, p := range b.sourceRanges {
+		if p.Addr().Is6() == v6 {
+			ranges = append(ranges, p)
+		}
+	}
+	if len(ranges) == 0 {
+		return
+	}
+	b.entry(SetLoadBalancerFW, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port})
+	allowNode := false
+	for _, p := range ranges {
+		b.entry(SetLoadBalancerSrcCIDR, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, Net: p})
+		for _, a := range b.cfg.NodePortAddresses {
+			allowNode = allowNode || p.Contains(a)
+		}
+	}
+	if allowNode {
+		b.entry(SetLoadBalancerSrcIP, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, IP2: lb})
+	}
+}
+
+// nodePort adds the node-port virtual servers (one per node address of the
+// family) and the node-port set entries.
+func (b *serviceBuilder) nodePort(sp *v1.ServicePort, proto ipvs.Protocol, v6, local bool, eps []endpoint) {
+	if b.svc.Spec.Type != v1.ServiceTypeNodePort && b.svc.Spec.Type != v1.ServiceTypeLoadBalancer || sp.NodePort == 0 {
+		return
+	}
+	if sp.NodePort < 1 || sp.NodePort > 65535 {
+		b.problem("port %q: nodePort %d is out of range 1-65535", sp.Name, sp.NodePort)
+		return
+	}
+	np := uint16(sp.NodePort)
+	for _, a := range b.cfg.NodePortAddresses {
+		if a.Is6() != v6 {
+			continue
+		}
+		b.virtualServer(a, proto, np, eps)
+		if proto == ipvs.SCTP {
+			e := ipset.Entry{IP: a, Protocol: "sctp", Port: np}
+			b.entry(SetNodePortSCTP, v6, e)
+			if local {
+				b.entry(SetNodePortLocalSCTP, v6, e)
+			}
+		}
+	}
+	var set, localSet string
+	switch proto {
+	case ipvs.TCP:
+		set, localSet = SetNodePortTCP, SetNodePortLocalTCP
+	case ipvs.UDP:
+		set, localSet = SetNodePortUDP, SetNodePortLocalUDP
+	default:
+		return
+	}
+	b.entry(set, v6, ipset.Entry{Port: np})
+	if local {
+		b.entry(localSet, v6, ipset.Entry{Port: np})
+	}
+}
+
+func (b *serviceBuilder) virtualServer(addr netip.Addr, proto ipvs.Protocol, port uint16, eps []endpoint) {
+	vs := ipvs.VirtualServer{
+		ServiceKey: ipvs.ServiceKey{Address: addr, Protocol: proto, Port: port},
+		Scheduler:  b.sched,
+		Flags:      b.flags,
+	}
+	if b.affinity > 0 {
+		vs.Flags |= ipvs.FlagPersistent
+		vs.Timeout = b.affinity
+	}
+	st := VirtualServerState{VS: vs, Reals: make([]ipvs.RealServer, 0, len(eps))}
+	for _, e := range eps {
+		st.Reals = append(st.Reals, ipvs.RealServer{RealKey: e.key, Weight: 1})
+	}
+	b.out.State.VirtualServers = append(b.out.State.VirtualServers, st)
+}
+
+// bind puts a service address on kube-ipvs0 and in KUBE-IPVS-IPS.
+func (b *serviceBuilder) bind(a netip.Addr) {
+	b.out.State.Addresses = append(b.out.State.Addresses, a)
+	b.entry(SetIPVSIPs, a.Is6(), ipset.Entry{IP: a})
+}
+
+// bindUnlessHost binds an external or load-balancer IP unless it is
+// already an address of another interface of the node.
+func (b *serviceBuilder) bindUnlessHost(a netip.Addr) {
+	if _, found := slices.BinarySearchFunc(b.cfg.HostAddresses, a, netip.Addr.Compare); found {
+		return
+	}
+	b.bind(a)
+}
+
+func (b *serviceBuilder) entry(base string, v6 bool, e ipset.Entry) {
+	b.out.State.Entries = append(b.out.State.Entries, SetEntry{Set: SetName(base, v6), Entry: e})
+}

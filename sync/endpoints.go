@@ -1,0 +1,229 @@
+package sync
+
+import (
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// Labels and annotations that turn on topology-aware routing.
+const (
+	LabelZone                  = "topology.kubernetes.io/zone"
+	AnnotationTopologyMode     = "service.kubernetes.io/topology-mode"
+	annotationTopologyHintsOld = "service.kubernetes.io/topology-aware-hints"
+)
+
+// endpoint is one candidate backend of one service port in one family.
+type endpoint struct {
+	key         ipvs.RealKey
+	local       bool
+	ready       bool
+	serving     bool
+	terminating bool
+	zones       []string // hints.forZones
+	nodes       []string // hints.forNodes
+	hinted      bool     // the slice gave hints for this endpoint
+}
+
+// collectEndpoints returns every usable endpoint of one service port in one
+// family, once each, whatever their conditions.
+func collectEndpoints(slices []*discovery.EndpointSlice, sp *v1.ServicePort, v6 bool, node string) []endpoint {
+	want := discovery.AddressTypeIPv4
+	if v6 {
+		want = discovery.AddressTypeIPv6
+	}
+	var out []endpoint
+	seen := map[ipvs.RealKey]bool{}
+	for _, sl := range slices {
+		if sl == nil || sl.AddressType != want {
+			continue
+		}
+		port, ok := slicePort(sl, sp)
+		if !ok {
+			continue
+		}
+		for i := range sl.Endpoints {
+			e, ok := toEndpoint(&sl.Endpoints[i], port, v6, node)
+			if !ok || seen[e.key] {
+				continue
+			}
+			seen[e.key] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func toEndpoint(ep *discovery.Endpoint, port uint16, v6 bool, node string) (endpoint, bool) {
+	if len(ep.Addresses) == 0 {
+		return endpoint{}, false
+	}
+	addr, err := netip.ParseAddr(ep.Addresses[0])
+	if err != nil || addr.Zone() != "" {
+		return endpoint{}, false
+	}
+	addr = addr.Unmap()
+	// Loopback, multicast, unspecified and link-local backends are refused
+	// by IPVS or make no sense; skip them rather than fail the service.
+	if addr.Is6() != v6 || !addr.IsGlobalUnicast() {
+		return endpoint{}, false
+	}
+	c := ep.Conditions
+	e := endpoint{
+		key:         ipvs.RealKey{Address: addr, Port: port},
+		local:       ep.NodeName != nil && node != "" && *ep.NodeName == node,
+		ready:       c.Ready == nil || *c.Ready,
+		terminating: c.Terminating != nil && *c.Terminating,
+	}
+	e.serving = e.ready
+	if c.Serving != nil {
+		e.serving = *c.Serving
+	}
+	if h := ep.Hints; h != nil {
+		e.hinted = true
+		for _, z := range h.ForZones {
+			e.zones = append(e.zones, z.Name)
+		}
+		for _, n := range h.ForNodes {
+			e.nodes = append(e.nodes, n.Name)
+		}
+	}
+	return e, true
+}
+
+// usable picks the endpoints traffic goes to among eps: the ready ones, or,
+// when none is ready, the serving ones that are terminating, so a service
+// whose pods are all shutting down still answers while they drain.
+func usable(eps []endpoint, keep func(endpoint) bool) []endpoint {
+	var ready, terminating []endpoint
+	for _, e := range eps {
+		if !keep(e) {
+			continue
+		}
+		switch {
+		case e.ready:
+			ready = append(ready, e)
+		case e.serving && e.terminating:
+			terminating = append(terminating, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return terminating
+}
+
+// categorize splits a port's endpoints into those for cluster traffic
+// (ClusterIP; honouring internalTrafficPolicy and topology) and those for
+// external traffic (NodePort, LoadBalancer, external IPs; honouring
+// externalTrafficPolicy). With a Local policy only endpoints on this node
+// count; when there is none the service has no backend for that traffic on
+// this node (as kube-proxy's iptables and nftables modes do), instead of
+// silently sending it across the cluster.
+func categorize(svc *v1.Service, eps []endpoint, cfg *Config) (cluster, external []endpoint, noLocalInternal, noLocalExternal bool) {
+	all := func(endpoint) bool { return true }
+	local := func(e endpoint) bool { return e.local }
+	topo := topologyFilter(svc, eps, cfg)
+
+	if svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal {
+		cluster = usable(eps, local)
+		noLocalInternal = len(cluster) == 0 && len(usable(eps, all)) > 0
+	} else {
+		cluster = usable(eps, topo)
+		if len(cluster) == 0 {
+			cluster = usable(eps, all)
+		}
+	}
+	if externallyReachable(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		external = usable(eps, local)
+		noLocalExternal = len(external) == 0 && len(usable(eps, all)) > 0
+	} else {
+		external = usable(eps, topo)
+		if len(external) == 0 {
+			external = usable(eps, all)
+		}
+	}
+	return cluster, external, noLocalInternal, noLocalExternal
+}
+
+func externallyReachable(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer || len(svc.Spec.ExternalIPs) > 0
+}
+
+// topologyFilter returns the filter topology-aware routing asks for, or
+// one that keeps everything. It applies only when the service asks for it
+// (topology-mode Auto, or a trafficDistribution), every ready endpoint
+// carries hints, and some endpoint is meant for this node or its zone —
+// otherwise traffic would be dropped or skewed by partial data.
+func topologyFilter(svc *v1.Service, eps []endpoint, cfg *Config) func(endpoint) bool {
+	all := func(endpoint) bool { return true }
+	mode := svc.Annotations[AnnotationTopologyMode]
+	if mode == "" {
+		mode = svc.Annotations[annotationTopologyHintsOld]
+	}
+	dist := ""
+	if svc.Spec.TrafficDistribution != nil {
+		dist = *svc.Spec.TrafficDistribution
+	}
+	if mode != "Auto" && mode != "auto" && dist == "" {
+		return all
+	}
+	for _, e := range eps {
+		if e.ready && !e.hinted {
+			return all
+		}
+	}
+	if dist == v1.ServiceTrafficDistributionPreferSameNode {
+		forNode := func(e endpoint) bool { return contains(e.nodes, cfg.NodeName) }
+		if anyReady(eps, forNode) {
+			return forNode
+		}
+	}
+	if cfg.Zone == "" {
+		return all
+	}
+	forZone := func(e endpoint) bool { return contains(e.zones, cfg.Zone) }
+	if anyReady(eps, forZone) {
+		return forZone
+	}
+	return all
+}
+
+func anyReady(eps []endpoint, keep func(endpoint) bool) bool {
+	for _, e := range eps {
+		if e.ready && keep(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// slicePort finds the slice's port that serves the service port: same name,
+// same protocol, a valid number.
+func slicePort(sl *discovery.EndpointSlice, sp *v1.ServicePort) (uint16, bool) {
+	want := sp.Protocol
+	if want == "" {
+		want = v1.ProtocolTCP
+	}
+	for _, p := range sl.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		proto := v1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		if name != sp.Name || proto != want {
+			continue
+		}
+		if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
+			return 0, false
+		}
+		return uint16(*p.Port), true
+	}
+	return 0, false
+}
