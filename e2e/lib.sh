@@ -65,7 +65,11 @@ build_guest_binaries() {
 # new_results NAME: a fresh results folder e2e/out/NAME-TIME, also linked
 # as e2e/out/NAME-latest.
 new_results() {
-  local dir
+  local dir old
+  # Keep the five newest runs of this kind; results are for looking at, not
+  # for piling up on a CI runner's disk.
+  mkdir -p "$e2e/out"
+  for old in $(ls -1d "$e2e/out/$1"-2* 2>/dev/null | sort -r | tail -n +5); do rm -rf "$old"; done
   dir=$e2e/out/$1-$(date +%Y%m%d-%H%M%S)
   mkdir -p "$dir"
   ln -sfn "$(basename "$dir")" "$e2e/out/$1-latest"
