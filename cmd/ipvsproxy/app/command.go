@@ -28,8 +28,15 @@ mode and keeps its names, flags and metrics.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
+			cf, err := o.loadConfig(cmd.Flags())
+			if err != nil {
 				return fail(cmd, err)
+			}
+			if err := o.Validate(); err != nil {
+				return fail(cmd, cf.Explain(err))
+			}
+			if o.WriteConfigTo != "" {
+				return fail(cmd, o.writeConfig(cmd.Flags()))
 			}
 			return fail(cmd, Run(cmd.Context(), o))
 		},

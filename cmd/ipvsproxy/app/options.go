@@ -32,6 +32,8 @@ type Options struct {
 	IPTablesBackend    string
 	HealthzBindAddress string
 	MetricsBindAddress string
+	ConfigFile         string // --config: read before Validate, see config.go
+	WriteConfigTo      string // --write-config-to: write the effective config and exit
 }
 
 // NewOptions returns kube-proxy's defaults.
@@ -66,6 +68,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
+	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
 }
 
 // Validate checks the options and returns one line naming the first bad

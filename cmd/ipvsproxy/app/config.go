@@ -1,0 +1,393 @@
+package app
+
+// The config file: a kube-proxy KubeProxyConfiguration, so an operator
+// leaving kube-proxy keeps the file (often kubeadm's kube-proxy ConfigMap)
+// as it is, optionally followed by a second YAML document of kind
+// IPVSProxyConfiguration for the settings kube-proxy has no field for:
+//
+//	apiVersion: kubeproxy.config.k8s.io/v1alpha1
+//	kind: KubeProxyConfiguration
+//	mode: ipvs
+//	ipvs: {scheduler: rr}
+//	---
+//	apiVersion: ipvsproxy.io/v1alpha1
+//	kind: IPVSProxyConfiguration
+//	iptablesBackend: auto
+//
+// A separate document, not extra fields or annotations, because the
+// published schema is decoded strictly: an unknown field must stay an
+// error, and kube-proxy itself would reject a file carrying ours.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	kpv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// The ipvsproxy document's group, version and kind.
+const (
+	ConfigAPIVersion = "ipvsproxy.io/v1alpha1"
+	ConfigKind       = "IPVSProxyConfiguration"
+)
+
+// IPVSProxyConfiguration holds ipvsproxy's own settings, those that have no
+// KubeProxyConfiguration field. Every field is optional.
+type IPVSProxyConfiguration struct {
+	metav1.TypeMeta `json:",inline"`
+	// IPTablesBackend is auto, legacy or nft (--iptables-backend).
+	IPTablesBackend string `json:"iptablesBackend,omitempty"`
+}
+
+// ConfigFile is a decoded --config file.
+type ConfigFile struct {
+	Path      string
+	KubeProxy *kpv1alpha1.KubeProxyConfiguration // nil when the file has none
+	IPVSProxy *IPVSProxyConfiguration            // nil when the file has none
+	// setPaths are the dotted paths of the KubeProxyConfiguration fields
+	// holding a non-zero value, to tell which unused fields were set.
+	setPaths []string
+	// fromFile maps each flag whose value came from the file to the
+	// field it came from, so a validation error can name the field.
+	fromFile map[string]string
+}
+
+var kubeProxyGVK = kpv1alpha1.SchemeGroupVersion.WithKind("KubeProxyConfiguration")
+
+// ReadConfigFile decodes path strictly: an unknown or duplicate field, an
+// unknown document kind or an unsupported mode is a one-line error.
+func ReadConfigFile(path string) (*ConfigFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	cf, err := decodeConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	cf.Path = path
+	return cf, nil
+}
+
+func decodeConfig(data []byte) (*ConfigFile, error) {
+	cf := &ConfigFile{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for n := 1; ; n++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %s", n, oneLine(err))
+		}
+		if s := string(bytes.TrimSpace(js)); s == "null" || s == "" {
+			continue // empty or comment-only document
+		}
+		if err := cf.decodeDocument(js); err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+	}
+	if cf.KubeProxy == nil && cf.IPVSProxy == nil {
+		return nil, fmt.Errorf("no %s or %s document", kubeProxyGVK.Kind, ConfigKind)
+	}
+	if cf.KubeProxy != nil {
+		if err := checkModes(cf.KubeProxy); err != nil {
+			return nil, err
+		}
+	}
+	return cf, nil
+}
+
+func (cf *ConfigFile) decodeDocument(js []byte) error {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(js, &tm); err != nil {
+		return fmt.Errorf("not an object: %s", oneLine(err))
+	}
+	switch {
+	case tm.APIVersion == kubeProxyGVK.GroupVersion().String() && tm.Kind == kubeProxyGVK.Kind:
+		if cf.KubeProxy != nil {
+			return fmt.Errorf("a second %s", tm.Kind)
+		}
+		cf.KubeProxy = &kpv1alpha1.KubeProxyConfiguration{}
+		if err := strictUnmarshal(js, cf.KubeProxy); err != nil {
+			return err
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(js, &raw); err != nil {
+			return err
+		}
+		cf.setPaths = nonZeroPaths("", raw, nil)
+	case tm.APIVersion == ConfigAPIVersion && tm.Kind == ConfigKind:
+		if cf.IPVSProxy != nil {
+			return fmt.Errorf("a second %s", tm.Kind)
+		}
+		cf.IPVSProxy = &IPVSProxyConfiguration{}
+		return strictUnmarshal(js, cf.IPVSProxy)
+	default:
+		return fmt.Errorf("apiVersion %q kind %q: want %s %s or %s %s", tm.APIVersion, tm.Kind,
+			kubeProxyGVK.GroupVersion(), kubeProxyGVK.Kind, ConfigAPIVersion, ConfigKind)
+	}
+	return nil
+}
+
+// strictUnmarshal is kube-proxy's own decoding: case-sensitive field names,
+// and unknown or duplicate fields are errors naming their path.
+func strictUnmarshal(js []byte, v any) error {
+	strict, err := sigsjson.UnmarshalStrict(js, v, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return errors.New(oneLine(err))
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// checkModes rejects settings that would make ipvsproxy program the node
+// differently from what the file asks: ignoring them would be silent
+// breakage, not compatibility.
+func checkModes(c *kpv1alpha1.KubeProxyConfiguration) error {
+	if c.Mode != "" && c.Mode != "ipvs" {
+		return fmt.Errorf("mode %q is not supported: ipvsproxy implements only \"ipvs\"", c.Mode)
+	}
+	if c.DetectLocalMode != "" && c.DetectLocalMode != "ClusterCIDR" {
+		return fmt.Errorf("detectLocalMode %q is not supported yet: only ClusterCIDR", c.DetectLocalMode)
+	}
+	return nil
+}
+
+// nonZeroPaths lists the leaves of a decoded JSON document that hold
+// something other than a zero value. kubeadm writes every field, mostly
+// as null, "", 0, false or "0s"; those mean "default" and are not "set".
+func nonZeroPaths(prefix string, v any, out []string) []string {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			out = nonZeroPaths(p, e, out)
+		}
+	case []any:
+		if len(x) > 0 {
+			out = append(out, prefix)
+		}
+	case nil:
+	case bool:
+		if x {
+			out = append(out, prefix)
+		}
+	case float64:
+		if x != 0 {
+			out = append(out, prefix)
+		}
+	case string:
+		if x != "" && x != "0" && x != "0s" {
+			out = append(out, prefix)
+		}
+	}
+	return out
+}
+
+// binding ties a config field to the flag that overrides it.
+type binding struct {
+	field, flag string
+	set         bool   // the file gives a value
+	apply       func() // copies the file's value into Options
+}
+
+func (cf *ConfigFile) bindings(o *Options) []binding {
+	var b []binding
+	if c := cf.KubeProxy; c != nil {
+		ipvs, ipt := c.IPVS, c.IPTables
+		b = append(b,
+			binding{"clientConnection.kubeconfig", "kubeconfig", c.ClientConnection.Kubeconfig != "", func() { o.Kubeconfig = c.ClientConnection.Kubeconfig }},
+			binding{"hostnameOverride", "hostname-override", c.HostnameOverride != "", func() { o.HostnameOverride = c.HostnameOverride }},
+			binding{"clusterCIDR", "cluster-cidr", c.ClusterCIDR != "", func() { o.ClusterCIDR = c.ClusterCIDR }},
+			binding{"iptables.masqueradeAll", "masquerade-all", ipt.MasqueradeAll, func() { o.MasqueradeAll = true }},
+			binding{"iptables.masqueradeBit", "iptables-masquerade-bit", ipt.MasqueradeBit != nil, func() { o.MasqueradeBit = *ipt.MasqueradeBit }},
+			binding{"ipvs.scheduler", "ipvs-scheduler", ipvs.Scheduler != "", func() { o.Scheduler = ipvs.Scheduler }},
+			binding{"ipvs.syncPeriod", "ipvs-sync-period", ipvs.SyncPeriod.Duration != 0, func() { o.SyncPeriod = ipvs.SyncPeriod.Duration }},
+			binding{"ipvs.minSyncPeriod", "ipvs-min-sync-period", ipvs.MinSyncPeriod.Duration != 0, func() { o.MinSyncPeriod = ipvs.MinSyncPeriod.Duration }},
+			binding{"ipvs.excludeCIDRs", "ipvs-exclude-cidrs", len(ipvs.ExcludeCIDRs) > 0, func() { o.ExcludeCIDRs = append([]string(nil), ipvs.ExcludeCIDRs...) }},
+			binding{"ipvs.strictARP", "ipvs-strict-arp", ipvs.StrictARP, func() { o.StrictARP = true }},
+			binding{"ipvs.tcpTimeout", "ipvs-tcp-timeout", ipvs.TCPTimeout.Duration != 0, func() { o.TCPTimeout = ipvs.TCPTimeout.Duration }},
+			binding{"ipvs.tcpFinTimeout", "ipvs-tcpfin-timeout", ipvs.TCPFinTimeout.Duration != 0, func() { o.TCPFinTimeout = ipvs.TCPFinTimeout.Duration }},
+			binding{"ipvs.udpTimeout", "ipvs-udp-timeout", ipvs.UDPTimeout.Duration != 0, func() { o.UDPTimeout = ipvs.UDPTimeout.Duration }},
+			binding{"healthzBindAddress", "healthz-bind-address", c.HealthzBindAddress != "", func() { o.HealthzBindAddress = withDefaultPort(c.HealthzBindAddress, 10256) }},
+			binding{"metricsBindAddress", "metrics-bind-address", c.MetricsBindAddress != "", func() { o.MetricsBindAddress = withDefaultPort(c.MetricsBindAddress, 10249) }},
+		)
+	}
+	if e := cf.IPVSProxy; e != nil {
+		b = append(b, binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }})
+	}
+	return b
+}
+
+// usedPaths are the KubeProxyConfiguration fields ipvsproxy honours (plus
+// the type fields); every other non-zero field is reported as ignored.
+var usedPaths = map[string]bool{
+	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true,
+	"clientConnection.kubeconfig": true, "hostnameOverride": true, "clusterCIDR": true,
+	"iptables.masqueradeAll": true, "iptables.masqueradeBit": true,
+	"ipvs.scheduler": true, "ipvs.syncPeriod": true, "ipvs.minSyncPeriod": true,
+	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
+	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
+	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
+}
+
+// Ignored returns the fields the file sets that ipvsproxy does not use:
+// iptables-, nftables- and winkernel-only ones, and those not implemented.
+func (cf *ConfigFile) Ignored() []string {
+	var out []string
+	for _, p := range cf.setPaths {
+		if usedPaths[p] || p == "bindAddress" && cf.KubeProxy.BindAddress == "0.0.0.0" {
+			continue // 0.0.0.0 is kube-proxy's default, which kubeadm writes out
+		}
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Apply copies the file's values into o, except where the flag was given
+// on the command line (fs.Changed): flags override the file. It logs the
+// ignored fields once, on one line.
+func (cf *ConfigFile) Apply(o *Options, fs *pflag.FlagSet) error {
+	cf.fromFile = map[string]string{}
+	for _, b := range cf.bindings(o) {
+		if !b.set || fs.Changed(b.flag) {
+			continue
+		}
+		b.apply()
+		cf.fromFile["--"+b.flag] = b.field
+	}
+	// logging.verbosity is klog's -v, registered on the same flag set.
+	if c := cf.KubeProxy; c != nil && c.Logging.Verbosity > 0 && fs.Lookup("v") != nil && !fs.Changed("v") {
+		if err := fs.Set("v", strconv.FormatUint(uint64(c.Logging.Verbosity), 10)); err != nil {
+			return fmt.Errorf("config file %s: logging.verbosity: %w", cf.Path, err)
+		}
+	}
+	if ign := cf.Ignored(); len(ign) > 0 {
+		klog.InfoS("Ignoring config file fields ipvsproxy does not use (iptables/nftables/winkernel-only or not implemented)",
+			"file", cf.Path, "fields", strings.Join(ign, ","))
+	}
+	return nil
+}
+
+// Explain names the config field behind a validation error about a flag
+// whose value came from the file; other errors are returned unchanged.
+func (cf *ConfigFile) Explain(err error) error {
+	if cf == nil || err == nil {
+		return err
+	}
+	flag, _, _ := strings.Cut(err.Error(), " ")
+	if field, ok := cf.fromFile[strings.TrimSuffix(flag, ":")]; ok {
+		return fmt.Errorf("config file %s: %s: %w", cf.Path, field, err)
+	}
+	return err
+}
+
+// withDefaultPort accepts kube-proxy's forms: "ip:port", or a bare IP to
+// which kube-proxy's defaulting appends the component's port.
+func withDefaultPort(addr string, port uint16) string {
+	if ip, err := netip.ParseAddr(strings.Trim(addr, "[]")); err == nil {
+		return netip.AddrPortFrom(ip, port).String()
+	}
+	return addr
+}
+
+// loadConfig reads --config, if given, into o. The returned file (nil
+// without --config) explains later validation errors.
+func (o *Options) loadConfig(fs *pflag.FlagSet) (*ConfigFile, error) {
+	if o.ConfigFile == "" {
+		return nil, nil
+	}
+	cf, err := ReadConfigFile(o.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	return cf, cf.Apply(o, fs)
+}
+
+// EffectiveConfig renders o as a KubeProxyConfiguration followed by an
+// IPVSProxyConfiguration document. --master has no config field (as in
+// kube-proxy) and is not written; nor can an empty (disabled) bind
+// address be, as the file's empty value means "the default".
+func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
+	bit := o.MasqueradeBit
+	c := kpv1alpha1.KubeProxyConfiguration{
+		TypeMeta:           metav1.TypeMeta{APIVersion: kubeProxyGVK.GroupVersion().String(), Kind: kubeProxyGVK.Kind},
+		HostnameOverride:   o.HostnameOverride,
+		ClusterCIDR:        o.ClusterCIDR,
+		Mode:               "ipvs",
+		HealthzBindAddress: o.HealthzBindAddress,
+		MetricsBindAddress: o.MetricsBindAddress,
+		IPTables:           kpv1alpha1.KubeProxyIPTablesConfiguration{MasqueradeAll: o.MasqueradeAll, MasqueradeBit: &bit},
+		IPVS: kpv1alpha1.KubeProxyIPVSConfiguration{
+			Scheduler: o.Scheduler, ExcludeCIDRs: o.ExcludeCIDRs, StrictARP: o.StrictARP,
+			SyncPeriod: metav1.Duration{Duration: o.SyncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.MinSyncPeriod},
+			TCPTimeout: metav1.Duration{Duration: o.TCPTimeout}, TCPFinTimeout: metav1.Duration{Duration: o.TCPFinTimeout},
+			UDPTimeout: metav1.Duration{Duration: o.UDPTimeout},
+		},
+	}
+	c.ClientConnection.Kubeconfig = o.Kubeconfig
+	if f := fs.Lookup("v"); f != nil {
+		v, _ := strconv.ParseUint(f.Value.String(), 10, 32)
+		c.Logging.Verbosity = logsapi.VerbosityLevel(v)
+	}
+	kp, err := yaml.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := yaml.Marshal(&IPVSProxyConfiguration{
+		TypeMeta:        metav1.TypeMeta{APIVersion: ConfigAPIVersion, Kind: ConfigKind},
+		IPTablesBackend: o.IPTablesBackend,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(append(kp, "---\n"...), ext...), nil
+}
+
+// writeConfig writes EffectiveConfig to --write-config-to.
+func (o *Options) writeConfig(fs *pflag.FlagSet) error {
+	data, err := o.EffectiveConfig(fs)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.WriteConfigTo, data, 0o644); err != nil {
+		return fmt.Errorf("--write-config-to: %w", err)
+	}
+	klog.InfoS("Wrote the effective configuration", "file", o.WriteConfigTo)
+	return nil
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

@@ -1,0 +1,310 @@
+package app
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+)
+
+const kpHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+
+// fullFile sets every field ipvsproxy maps, each to a non-default value.
+const fullFile = kpHeader + `mode: ipvs
+clientConnection:
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+hostnameOverride: node-a
+clusterCIDR: 10.244.0.0/16,fd00:244::/56
+healthzBindAddress: 0.0.0.0:20256
+metricsBindAddress: "[::]:20249"
+iptables:
+  masqueradeAll: true
+  masqueradeBit: 15
+ipvs:
+  scheduler: lc
+  syncPeriod: 1m
+  minSyncPeriod: 2s
+  excludeCIDRs: [192.168.50.0/24]
+  strictARP: true
+  tcpTimeout: 900s
+  tcpFinTimeout: 30s
+  udpTimeout: 10s
+---
+apiVersion: ipvsproxy.io/v1alpha1
+kind: IPVSProxyConfiguration
+iptablesBackend: nft
+`
+
+// kubeadmFile is what kubeadm writes into the kube-proxy ConfigMap: every
+// field, mostly zero. It must load with nothing reported as ignored.
+const kubeadmFile = kpHeader + `bindAddress: 0.0.0.0
+bindAddressHardFail: false
+clientConnection:
+  acceptContentTypes: ""
+  burst: 0
+  contentType: ""
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+clusterCIDR: 10.244.0.0/16
+configSyncPeriod: 0s
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpBeLiberal: false
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+  udpStreamTimeout: 0s
+  udpTimeout: 0s
+detectLocal:
+  bridgeInterface: ""
+  interfaceNamePrefix: ""
+detectLocalMode: ""
+enableProfiling: false
+healthzBindAddress: ""
+hostnameOverride: ""
+iptables:
+  localhostNodePorts: null
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+ipvs:
+  excludeCIDRs: null
+  minSyncPeriod: 0s
+  scheduler: ""
+  strictARP: true
+  syncPeriod: 0s
+  tcpFinTimeout: 0s
+  tcpTimeout: 0s
+  udpTimeout: 0s
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+metricsBindAddress: ""
+mode: ipvs
+nftables:
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+nodePortAddresses: null
+oomScoreAdj: null
+portRange: ""
+showHiddenMetricsForVersion: ""
+winkernel:
+  enableDSR: false
+  forwardHealthCheckVip: false
+  networkName: ""
+  rootHnsEndpointName: ""
+  sourceVip: ""
+`
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.conf")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// load parses args like the command does and applies the config file.
+func load(t *testing.T, args ...string) (*Options, *ConfigFile, error) {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	cf, err := o.loadConfig(fs)
+	if err == nil {
+		err = cf.Explain(o.Validate())
+	}
+	return o, cf, err
+}
+
+func TestConfigFileValues(t *testing.T) {
+	full := *NewOptions()
+	full.Kubeconfig, full.HostnameOverride = "/var/lib/kube-proxy/kubeconfig.conf", "node-a"
+	full.ClusterCIDR, full.MasqueradeAll, full.MasqueradeBit = "10.244.0.0/16,fd00:244::/56", true, 15
+	full.Scheduler, full.SyncPeriod, full.MinSyncPeriod = "lc", time.Minute, 2*time.Second
+	full.ExcludeCIDRs, full.StrictARP = []string{"192.168.50.0/24"}, true
+	full.TCPTimeout, full.TCPFinTimeout, full.UDPTimeout = 900*time.Second, 30*time.Second, 10*time.Second
+	full.HealthzBindAddress, full.MetricsBindAddress, full.IPTablesBackend = "0.0.0.0:20256", "[::]:20249", "nft"
+
+	overridden := full
+	overridden.Scheduler, overridden.StrictARP, overridden.IPTablesBackend = "wrr", false, "legacy"
+
+	kubeadm := *NewOptions()
+	kubeadm.Kubeconfig, kubeadm.ClusterCIDR, kubeadm.StrictARP = "/var/lib/kube-proxy/kubeconfig.conf", "10.244.0.0/16", true
+
+	bareIP := *NewOptions()
+	bareIP.HealthzBindAddress, bareIP.MetricsBindAddress = "10.0.0.5:10256", "[::1]:10249"
+
+	cases := []struct {
+		name, file string
+		flags      []string
+		want       Options
+	}{
+		{"file only", fullFile, nil, full},
+		{"flags override the file", fullFile, []string{"--ipvs-scheduler=wrr", "--ipvs-strict-arp=false", "--iptables-backend=legacy"}, overridden},
+		{"kubeadm's zero fields mean the defaults", kubeadmFile, nil, kubeadm},
+		{"bare IP bind addresses get kube-proxy's ports", kpHeader + "healthzBindAddress: 10.0.0.5\nmetricsBindAddress: \"::1\"\n", nil, bareIP},
+		{"empty mode is ipvs", kpHeader + "mode: \"\"\n", nil, *NewOptions()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, c.file)
+			o, _, err := load(t, append([]string{"--config", path}, c.flags...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.want.ConfigFile = path
+			if !reflect.DeepEqual(*o, c.want) {
+				t.Errorf("options\n got %+v\nwant %+v", *o, c.want)
+			}
+		})
+	}
+}
+
+// TestConfigFileErrors runs the real command: each bad file must stop it
+// before anything runs, with one line naming the file and the field.
+func TestConfigFileErrors(t *testing.T) {
+	cases := []struct{ name, file, want string }{
+		{"unknown field", kpHeader + "ipvs:\n  schedular: rr\n", `unknown field "ipvs.schedular"`},
+		{"field names are case-sensitive", kpHeader + "Mode: ipvs\n", `unknown field "Mode"`},
+		{"duplicate field", kpHeader + "mode: ipvs\nmode: ipvs\n", `"mode" already set in map`},
+		{"unsupported mode", kpHeader + "mode: iptables\n", `mode "iptables" is not supported: ipvsproxy implements only "ipvs"`},
+		{"unsupported local detection", kpHeader + "detectLocalMode: NodeCIDR\n", `detectLocalMode "NodeCIDR" is not supported yet`},
+		{"wrong kind", "apiVersion: v1\nkind: ConfigMap\n", `document 1: apiVersion "v1" kind "ConfigMap": want kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration`},
+		{"unknown field in ipvsproxy's document", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nbackend: nft\n", `document 1: unknown field "backend"`},
+		{"two KubeProxyConfigurations", kpHeader + "---\n" + kpHeader, "document 2: a second KubeProxyConfiguration"},
+		{"empty file", "# nothing\n", "no KubeProxyConfiguration or IPVSProxyConfiguration document"},
+		{"bad value names the field", kpHeader + "ipvs:\n  scheduler: fastest\n", `ipvs.scheduler: --ipvs-scheduler "fastest": not an IPVS scheduler`},
+		{"bad bind address names the field", kpHeader + "metricsBindAddress: localhost:10249\n", `metricsBindAddress: --metrics-bind-address "localhost:10249": want ip:port`},
+		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
+		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, c.file)
+			cmd := NewCommand()
+			var stderr bytes.Buffer
+			cmd.SetErr(&stderr)
+			cmd.SetOut(&stderr)
+			cmd.SetArgs([]string{"--config", path, "--write-config-to", filepath.Join(t.TempDir(), "out")})
+			if err := cmd.Execute(); err == nil {
+				t.Fatal("accepted")
+			}
+			out := stderr.String()
+			if !strings.Contains(out, c.want) || !strings.Contains(out, "config file "+path) {
+				t.Errorf("stderr %q does not name the file and say %q", out, c.want)
+			}
+			if n := strings.Count(strings.TrimSpace(out), "\n"); n != 0 {
+				t.Errorf("want one line, got %q", out)
+			}
+		})
+	}
+}
+
+// TestIgnoredFieldsLoggedOnce checks that unused fields are reported on a
+// single log line naming each, and that used ones are not among them.
+func TestIgnoredFieldsLoggedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	klog.SetLogger(funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	defer klog.ClearLogger()
+
+	file := kpHeader + `mode: ipvs
+iptables:
+  masqueradeBit: 14
+  localhostNodePorts: true
+  syncPeriod: 10s
+nftables:
+  masqueradeAll: true
+winkernel:
+  networkName: l2bridge
+conntrack:
+  maxPerCore: 32768
+ipvs:
+  scheduler: rr
+`
+	_, cf, err := load(t, "--config", writeFile(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"conntrack.maxPerCore", "iptables.localhostNodePorts", "iptables.syncPeriod", "nftables.masqueradeAll", "winkernel.networkName"}
+	if got := cf.Ignored(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ignored %v, want %v", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var hits []string
+	for _, l := range lines {
+		if strings.Contains(l, "Ignoring config file fields") {
+			hits = append(hits, l)
+		}
+	}
+	if len(hits) != 1 || !strings.Contains(hits[0], strings.Join(want, ",")) {
+		t.Errorf("want one log line listing %v, got %q", want, hits)
+	}
+}
+
+// TestWriteConfigToRoundTrips writes the effective config with the real
+// command and reads it back: the same options must come out, and the
+// written file must read with nothing ignored.
+func TestWriteConfigToRoundTrips(t *testing.T) {
+	in := writeFile(t, fullFile)
+	out := filepath.Join(t.TempDir(), "effective.conf")
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--config", in, "--ipvs-scheduler", "mh", "--write-config-to", out})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := load(t, "--config", in, "--ipvs-scheduler", "mh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, cf, err := load(t, "--config", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ign := cf.Ignored(); len(ign) != 0 {
+		t.Errorf("the written file has fields ipvsproxy ignores: %v", ign)
+	}
+	first.ConfigFile, second.ConfigFile = "", ""
+	if !reflect.DeepEqual(first, second) {
+		t.Errorf("round trip changed the options\nbefore %+v\nafter  %+v", *first, *second)
+	}
+	// Defaults round-trip too: an empty file and the written defaults agree.
+	data, err := NewOptions().EffectiveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _, err := load(t, "--config", writeFile(t, string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def.ConfigFile = ""
+	if !reflect.DeepEqual(def, NewOptions()) {
+		t.Errorf("defaults changed on round trip: %+v", *def)
+	}
+}
