@@ -70,6 +70,12 @@ func (s *Server) healthy(now time.Time) (bool, time.Time) {
 	return now.Sub(queued) <= s.timeout, synced
 }
 
+// Healthy reports whether syncs keep up (the /livez condition).
+func (s *Server) Healthy() bool {
+	ok, _ := s.healthy(s.now())
+	return ok
+}
+
 // Handler returns the mux with /healthz and /livez.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()

@@ -22,7 +22,7 @@ type Metrics struct {
 	SyncFailures       prometheus.Counter
 	KernelOps          *prometheus.CounterVec
 	ServicesProgrammed prometheus.Gauge
-	NoLocalEndpoints   *prometheus.CounterVec
+	NoLocalEndpoints   *prometheus.GaugeVec
 	RestoreFailures    prometheus.Counter
 }
 
@@ -56,7 +56,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ServicePending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "service_changes_pending",
 			Help: "Pending proxy rules Service changes"}),
-		NoLocalEndpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+		// A gauge despite its name, as in kube-proxy.
+		NoLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "no_local_endpoints_total",
 			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"}),
 		RestoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
@@ -123,6 +124,20 @@ func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed
 		m.EndpointPending.Set(0)
 		m.ServicePending.Set(0)
 	}
+}
+
+func (m *Metrics) noLocalEndpoints(byKey map[string]noLocal) {
+	var internal, external int
+	for _, nl := range byKey {
+		if nl.internal {
+			internal++
+		}
+		if nl.external {
+			external++
+		}
+	}
+	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
+	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
 }
 
 func (m *Metrics) services(n int) { m.ServicesProgrammed.Set(float64(n)) }

@@ -21,6 +21,12 @@ type EventSink interface {
 	Warning(svc *v1.Service, reason, message string)
 }
 
+// HealthCheckSink serves the health-check node ports of services with
+// externalTrafficPolicy=Local; port 0 removes the service's server.
+type HealthCheckSink interface {
+	Update(key string, port uint16, localEndpoints int) error
+}
+
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
 	Build         Config
@@ -28,9 +34,10 @@ type RunnerConfig struct {
 	MinSyncPeriod time.Duration // at most one sync batch per this period
 	// Prepare makes sure the node-wide objects exist (the dummy link, the
 	// sets, the fixed iptables rules) before every full pass.
-	Prepare func() error
-	Events  EventSink
-	Metrics *Metrics
+	Prepare      func() error
+	Events       EventSink
+	HealthChecks HealthCheckSink
+	Metrics      *Metrics
 	// Retry backoff for a key whose kernel ops failed.
 	RetryBase, RetryMax time.Duration
 }
@@ -46,6 +53,10 @@ type Runner struct {
 	metrics *Metrics
 
 	reported gosync.Map // service key → last problems reported, to deduplicate events
+	noLocal  map[string]noLocal
+
+	nodeMu      gosync.Mutex
+	nodeUpdates []func(*Config) // applied by the sync goroutine before the next full pass
 
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
@@ -73,6 +84,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		tracker: t,
 		rec:     rec,
 		metrics: m,
+		noLocal: map[string]noLocal{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipvsproxy"}),
@@ -193,12 +205,49 @@ func contains(keys []string, k string) bool {
 	return false
 }
 
-// build computes one service's desired state and reports its problems.
+// UpdateNode changes what the builder knows about the node (addresses,
+// zone) and queues a full pass, which rebuilds every service and writes
+// only what the change affects (the node-port virtual servers, say).
+func (r *Runner) UpdateNode(change func(*Config)) {
+	r.nodeMu.Lock()
+	r.nodeUpdates = append(r.nodeUpdates, change)
+	r.nodeMu.Unlock()
+	r.queue.Add(fullSyncKey)
+}
+
+func (r *Runner) applyNodeUpdates() {
+	r.nodeMu.Lock()
+	updates := r.nodeUpdates
+	r.nodeUpdates = nil
+	r.nodeMu.Unlock()
+	for _, u := range updates {
+		u(&r.cfg.Build)
+	}
+}
+
+type noLocal struct{ internal, external bool }
+
+// build computes one service's desired state, reports its problems, and
+// passes on what the health checks and metrics need.
 func (r *Runner) build(key string) *ServiceState {
 	svc, slices := r.tracker.Get(key)
-	st, problems := BuildService(svc, slices, &r.cfg.Build)
-	r.report(key, svc, problems)
-	return &st
+	b := Build(svc, slices, &r.cfg.Build)
+	r.report(key, svc, b.Problems)
+	if r.cfg.HealthChecks != nil {
+		if err := r.cfg.HealthChecks.Update(key, b.HealthCheckNodePort, b.LocalEndpoints); err != nil {
+			klog.ErrorS(err, "Health check server", "service", key)
+		}
+	}
+	nl := noLocal{b.NoLocalInternal, b.NoLocalExternal}
+	if nl != r.noLocal[key] {
+		if nl == (noLocal{}) {
+			delete(r.noLocal, key)
+		} else {
+			r.noLocal[key] = nl
+		}
+		r.metrics.noLocalEndpoints(r.noLocal)
+	}
+	return &b.State
 }
 
 // report emits one Warning Event per distinct set of problems of a
@@ -232,6 +281,7 @@ func (r *Runner) syncKeys(keys []string) map[string]error {
 
 func (r *Runner) fullSync() map[string]error {
 	failed := map[string]error{}
+	r.applyNodeUpdates()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {
 			klog.ErrorS(err, "Preparing node-wide objects failed")

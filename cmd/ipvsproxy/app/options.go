@@ -32,6 +32,7 @@ type Options struct {
 	IPTablesBackend    string
 	HealthzBindAddress string
 	MetricsBindAddress string
+	NodePortAddresses  []string
 	ConfigFile         string // --config: read before Validate, see config.go
 	WriteConfigTo      string // --write-config-to: write the effective config and exit
 }
@@ -66,6 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
 	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
+	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
@@ -99,6 +101,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if _, err := o.excludeCIDRs(); err != nil {
+		return err
+	}
+	if _, err := o.nodePortFilter(); err != nil {
 		return err
 	}
 	if _, err := iptables.ParseBackend(o.IPTablesBackend); err != nil {
@@ -146,4 +151,21 @@ func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+func (o *Options) nodePortFilter() (nodePortFilter, error) {
+	var f nodePortFilter
+	for _, s := range o.NodePortAddresses {
+		s = strings.TrimSpace(s)
+		if s == "primary" {
+			f.primary = true
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return f, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor \"primary\"", s)
+		}
+		f.cidrs = append(f.cidrs, p.Masked())
+	}
+	return f, nil
 }

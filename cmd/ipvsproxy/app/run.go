@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/healthcheck"
 	"github.com/ipvsproxy/ipvsproxy/healthz"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
@@ -100,16 +101,25 @@ func Run(ctx context.Context, o *Options) error {
 	tracker := sync.NewTracker()
 	events, stopEvents := newEventSink(client, nodeName)
 	defer stopEvents()
+	healthChecks := healthcheck.New()
+	defer healthChecks.Close()
 	runner := sync.NewRunner(sync.RunnerConfig{
 		Build:         sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6},
 		SyncPeriod:    o.SyncPeriod,
 		MinSyncPeriod: o.MinSyncPeriod,
 		Prepare:       setup.ensure,
 		Events:        events,
+		HealthChecks:  healthChecks,
 		Metrics:       metrics,
 	}, tracker, rec)
+	npFilter, _ := o.nodePortFilter()
+	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
+	node.refresh()
+	go node.run(ctx, 5*time.Second)
 
 	health := healthz.New(runner, 2*o.SyncPeriod, reg)
+	health.NodeEligible = node.Eligible
+	healthChecks.ProxyHealthy = health.Healthy
 	if err := serve(ctx, "healthz", o.HealthzBindAddress, health.Handler()); err != nil {
 		return err
 	}
@@ -129,9 +139,19 @@ func Run(ctx context.Context, o *Options) error {
 	if _, err := sliceInformer.AddEventHandler(tracker.EndpointSliceHandler()); err != nil {
 		return err
 	}
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.FieldSelector = "metadata.name=" + nodeName }))
+	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
+	if _, err := nodeInformer.AddEventHandler(node.handler()); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
-	runner.Run(ctx, func() bool { return svcInformer.HasSynced() && sliceInformer.HasSynced() })
+	nodeFactory.Start(ctx.Done())
+	runner.Run(ctx, func() bool {
+		return svcInformer.HasSynced() && sliceInformer.HasSynced() && nodeInformer.HasSynced()
+	})
 	factory.Shutdown()
+	nodeFactory.Shutdown()
 	klog.InfoS("Stopped; kernel state left in place")
 	return nil
 }

@@ -1,0 +1,163 @@
+package app
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	gosync "sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// taintToBeDeleted is put on a node the cluster autoscaler is removing;
+// kube-proxy's /healthz then fails so load balancers drain the node.
+const taintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+
+// nodeWatcher follows this node — its Node object (zone label, addresses,
+// deletion) and the addresses on its interfaces — and tells the runner
+// when what the builder knows about the node changes.
+type nodeWatcher struct {
+	dummy    dummyif.Interface
+	nodePort nodePortFilter
+	update   func(func(*sync.Config)) // the runner's UpdateNode
+
+	mu       gosync.Mutex
+	node     *v1.Node
+	host     []netip.Addr // every address on other interfaces, sorted
+	last     nodeFacts
+	eligible bool
+}
+
+// nodeFacts is what the builder needs from the node.
+type nodeFacts struct {
+	zone      string
+	nodePorts []netip.Addr
+	host      []netip.Addr
+}
+
+func (f nodeFacts) equal(o nodeFacts) bool {
+	return f.zone == o.zone && slices.Equal(f.nodePorts, o.nodePorts) && slices.Equal(f.host, o.host)
+}
+
+// nodePortFilter is --nodeport-addresses: CIDRs, and/or "primary" (the
+// node's InternalIPs). Empty means every non-loopback, non-link-local
+// address of the node.
+type nodePortFilter struct {
+	cidrs   []netip.Prefix
+	primary bool
+}
+
+func (f nodePortFilter) pick(host []netip.Addr, node *v1.Node) []netip.Addr {
+	var primaries []netip.Addr
+	if f.primary && node != nil {
+		for _, a := range node.Status.Addresses {
+			if a.Type == v1.NodeInternalIP {
+				if ip, err := netip.ParseAddr(a.Address); err == nil {
+					primaries = append(primaries, ip.Unmap())
+				}
+			}
+		}
+	}
+	var out []netip.Addr
+	for _, a := range host {
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
+			continue
+		}
+		keep := len(f.cidrs) == 0 && !f.primary
+		for _, p := range f.cidrs {
+			keep = keep || p.Contains(a)
+		}
+		keep = keep || slices.Contains(primaries, a)
+		if keep {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// refresh re-reads the interface addresses and reports a change to the
+// runner. A failed read keeps what was known.
+func (w *nodeWatcher) refresh() {
+	addrs, err := w.dummy.LocalAddresses()
+	if err != nil {
+		klog.ErrorS(err, "Reading the node's addresses")
+		return
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	w.mu.Lock()
+	w.host = slices.Compact(addrs)
+	w.mu.Unlock()
+	w.publish()
+}
+
+func (w *nodeWatcher) publish() {
+	w.mu.Lock()
+	f := nodeFacts{host: w.host, nodePorts: w.nodePort.pick(w.host, w.node)}
+	if w.node != nil {
+		f.zone = w.node.Labels[sync.LabelZone]
+	}
+	changed := !f.equal(w.last)
+	w.last = f
+	w.mu.Unlock()
+	if !changed {
+		return
+	}
+	klog.InfoS("Node addresses or zone changed", "nodePortAddresses", f.nodePorts, "zone", f.zone)
+	w.update(func(c *sync.Config) {
+		c.Zone, c.NodePortAddresses, c.HostAddresses = f.zone, f.nodePorts, f.host
+	})
+}
+
+// run polls the interface addresses every period until ctx ends. Polling
+// a short address list is cheap and catches every change, including those
+// a missed netlink notification would lose.
+func (w *nodeWatcher) run(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.refresh()
+		}
+	}
+}
+
+// handler returns informer callbacks for this node's Node object.
+func (w *nodeWatcher) handler() cache.ResourceEventHandler {
+	set := func(obj any) {
+		n, ok := obj.(*v1.Node)
+		if !ok {
+			return
+		}
+		w.mu.Lock()
+		w.node = n
+		w.eligible = n.DeletionTimestamp == nil && !slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == taintToBeDeleted })
+		w.mu.Unlock()
+		w.publish()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(any) {
+			w.mu.Lock()
+			w.eligible = false
+			w.mu.Unlock()
+		},
+	}
+}
+
+// Eligible reports whether the node should receive traffic (for /healthz).
+// Before the Node object is seen the node is assumed eligible.
+func (w *nodeWatcher) Eligible() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.node == nil || w.eligible
+}

@@ -1,0 +1,95 @@
+package app
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func TestNodePortAddressSelection(t *testing.T) {
+	host := addrs("127.0.0.1", "10.0.0.5", "192.168.7.2", "fe80::1", "fd00::5")
+	node := &v1.Node{Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.7.2"}, {Type: v1.NodeExternalIP, Address: "10.0.0.5"}}}}
+	cases := []struct {
+		flag []string
+		want string
+	}{
+		{nil, "[10.0.0.5 192.168.7.2 fd00::5]"},
+		{[]string{"10.0.0.0/8"}, "[10.0.0.5]"},
+		{[]string{"primary"}, "[192.168.7.2]"},
+		{[]string{"primary", "fd00::/8"}, "[192.168.7.2 fd00::5]"},
+	}
+	for _, c := range cases {
+		o := NewOptions()
+		o.NodePortAddresses = c.flag
+		f, err := o.nodePortFilter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(f.pick(host, node)); got != c.want {
+			t.Errorf("--nodeport-addresses %v: %s, want %s", c.flag, got, c.want)
+		}
+	}
+	o := NewOptions()
+	o.NodePortAddresses = []string{"eth0"}
+	if err := o.Validate(); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor "primary"` {
+		t.Errorf("bad --nodeport-addresses: %v", err)
+	}
+}
+
+// TestNodeWatcherPublishesOnlyChanges: the runner is told about the node
+// once per real change (each tells it to run a full pass).
+func TestNodeWatcherPublishesOnlyChanges(t *testing.T) {
+	d := dummyif.NewFake("")
+	d.SetLocalAddresses(addrs("10.0.0.5", "127.0.0.1")...)
+	var got []sync.Config
+	w := &nodeWatcher{dummy: d, update: func(f func(*sync.Config)) {
+		var c sync.Config
+		f(&c)
+		got = append(got, c)
+	}}
+	w.refresh()
+	w.refresh()
+	if len(got) != 1 || fmt.Sprint(got[0].NodePortAddresses) != "[10.0.0.5]" || fmt.Sprint(got[0].HostAddresses) != "[10.0.0.5 127.0.0.1]" {
+		t.Fatalf("first refresh: %+v", got)
+	}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{sync.LabelZone: "zone-a"}}}
+	w.handler().OnAdd(n, true)
+	if len(got) != 2 || got[1].Zone != "zone-a" {
+		t.Fatalf("zone label: %+v", got)
+	}
+	d.SetLocalAddresses(addrs("10.0.0.5", "10.0.0.6", "127.0.0.1")...)
+	w.refresh()
+	if len(got) != 3 || fmt.Sprint(got[2].NodePortAddresses) != "[10.0.0.5 10.0.0.6]" {
+		t.Fatalf("new address: %+v", got)
+	}
+	if !w.Eligible() {
+		t.Error("a live node is eligible")
+	}
+	dying := n.DeepCopy()
+	dying.Spec.Taints = []v1.Taint{{Key: taintToBeDeleted, Effect: v1.TaintEffectNoSchedule}}
+	w.handler().OnUpdate(n, dying)
+	if w.Eligible() {
+		t.Error("a node tainted ToBeDeletedByClusterAutoscaler must not be eligible")
+	}
+	deleting := n.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	w.handler().OnUpdate(dying, deleting)
+	if w.Eligible() {
+		t.Error("a node being deleted must not be eligible")
+	}
+}
