@@ -9,11 +9,15 @@
 package iptables
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	ipvsync "github.com/ipvsproxy/ipvsproxy/sync"
 )
 
 // countingRunner counts restores on a real runner.
@@ -34,16 +38,22 @@ func sh(t *testing.T, name string, args ...string) {
 	}
 }
 
-// createSets makes the ipsets the rules match on; the engine does this
-// before the first Sync in production.
+// createSets makes every ipset the engine creates (sync.OwnedSets), the
+// ones the rules match on; the engine does this before the first Sync in
+// production. Creating exactly the engine's list proves the rules name
+// only sets that exist, with the dimensions their matches use (the
+// kernel refuses "dst,dst" on a one-dimensional set).
 func createSets(t *testing.T, fam Family) {
 	t.Helper()
-	family := "inet"
-	if fam == IPv6 {
-		family = "inet6"
+	for _, s := range ipvsync.OwnedSets(fam == IPv4, fam == IPv6) {
+		args := []string{"create", s.Name, string(s.Type)}
+		if s.Type == ipset.BitmapPort {
+			args = append(args, "range", fmt.Sprintf("%d-%d", s.PortFrom, s.PortTo))
+		} else {
+			args = append(args, "family", string(s.Family))
+		}
+		sh(t, "ipset", append(args, "-exist")...)
 	}
-	sh(t, "ipset", "create", SetName(SetClusterIP, fam), "hash:ip,port", "family", family, "-exist")
-	sh(t, "ipset", "create", SetName(SetLoopBack, fam), "hash:ip,port,ip", "family", family, "-exist")
 }
 
 func legacyRunner(t *testing.T, fam Family) *ExecRunner {
@@ -79,6 +89,7 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 		createSets(t, fam)
 		real := &countingRunner{Runner: legacyRunner(t, fam)}
 		fake := NewFakeRunner(fam)
+		fake.SetKnownSets(ownedSetNames(fam)...)
 		for _, r := range []Runner{real, fake} {
 			if err := r.Restore([]byte(foreignFor(fam))); err != nil {
 				t.Fatalf("IPv%d foreign rules: %v", fam, err)
@@ -90,7 +101,7 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 		// Each configuration is applied on top of the previous one, so
 		// this also proves a config change (mark bit, CIDR, masquerade-all)
 		// is adopted in place.
-		var last *Syncer
+		var last, lastFake *Syncer
 		for _, tc := range testCases() {
 			if tc.cfg.Family != fam {
 				continue
@@ -108,12 +119,15 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 			if changed, err := realSyncer.Sync(); err != nil || changed || real.restores != 0 {
 				t.Errorf("%s: second Sync = %v, %v with %d restores; want no change", tc.name, changed, err, real.restores)
 			}
-			last = realSyncer
+			last, lastFake = realSyncer, fakeSyncer
 		}
 
-		drift(t, fam)
+		drift(t, fam, fake)
 		if changed, err := last.Sync(); err != nil || !changed {
 			t.Fatalf("IPv%d: Sync after drift = %v, %v", fam, changed, err)
+		}
+		if _, err := lastFake.Sync(); err != nil {
+			t.Fatal(err)
 		}
 		sameAsFake(t, "after drift repair", real, fake)
 
@@ -130,8 +144,9 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 	}
 }
 
-// drift changes ipvsproxy's rules by hand, as an operator might.
-func drift(t *testing.T, fam Family) {
+// drift changes ipvsproxy's rules by hand, as an operator might, on the
+// kernel and the same way on the fake, so both repairs can be compared.
+func drift(t *testing.T, fam Family, fake *FakeRunner) {
 	t.Helper()
 	ipt := "iptables-legacy"
 	if fam == IPv6 {
@@ -140,6 +155,15 @@ func drift(t *testing.T, fam Family) {
 	sh(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
 	sh(t, ipt, "-w", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", commentServicePortals, "-j", ChainServices)
 	sh(t, ipt, "-w", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", commentForward, "-j", ChainForward)
+	for _, err := range []error{
+		fake.FlushChain(TableNAT, ChainServices),
+		fake.DeleteRule(TableNAT, "PREROUTING", `-m comment --comment "kubernetes service portals" -j KUBE-SERVICES`),
+		fake.Apply("*filter\n-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\nCOMMIT\n"),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestSandboxExecRunner(t *testing.T) {

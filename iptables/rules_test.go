@@ -2,119 +2,15 @@ package iptables
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	ipvsync "github.com/ipvsproxy/ipvsproxy/sync"
 )
-
-const natV4Default = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-LOAD-BALANCER - [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-NODE-PORT - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-SERVICES - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
--A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
--A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
--A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
--A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
--A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
--A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ
--A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
-COMMIT
-`
-
-const natV4CIDRRandomFully = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-LOAD-BALANCER - [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-NODE-PORT - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-SERVICES - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
--A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
--A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
--A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
--A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
--A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
--A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
--A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
-COMMIT
-`
-
-const natV4MasqAllBit0 = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-LOAD-BALANCER - [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-NODE-PORT - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-SERVICES - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x1/0x1
--A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE
--A KUBE-POSTROUTING -m mark ! --mark 0x1/0x1 -j RETURN
--A KUBE-POSTROUTING -j MARK --set-xmark 0x1/0x0
--A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
--A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
--A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
--A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
-COMMIT
-`
-
-const natV6CIDR = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-LOAD-BALANCER - [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-NODE-PORT - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-SERVICES - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x80000000/0x80000000
--A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE
--A KUBE-POSTROUTING -m mark ! --mark 0x80000000/0x80000000 -j RETURN
--A KUBE-POSTROUTING -j MARK --set-xmark 0x80000000/0x0
--A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
--A KUBE-SERVICES -s ::1/128 -j RETURN
--A KUBE-SERVICES ! -s fd00:10:244::/56 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
--A KUBE-SERVICES -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j ACCEPT
-COMMIT
-`
-
-const filterBit14 = `*filter
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:KUBE-FORWARD - [0:0]
--A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
--A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
--A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
-COMMIT
-`
 
 // testCase is a configuration and the iptables-save output it must give.
 type testCase struct {
@@ -124,6 +20,24 @@ type testCase struct {
 	filter string
 }
 
+// clusterIPMasqV4 is the ClusterIP masquerade rule of natV4Default; the
+// variants below replace exactly this line (and the mark/SNAT lines).
+const clusterIPMasqV4 = `-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ`
+
+// natV4With returns natV4Default with the ClusterIP masquerade rule
+// replaced by rule.
+func natV4With(rule string) string {
+	return strings.Replace(natV4Default, clusterIPMasqV4, rule, 1)
+}
+
+func mustIfName(parse func(string) (InterfaceName, error), s string) InterfaceName {
+	n, err := parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
 func testCases() []testCase {
 	v4cidr := DefaultConfig(IPv4)
 	v4cidr.RandomFully = true
@@ -131,22 +45,57 @@ func testCases() []testCase {
 	// is written masked, as iptables stores it.
 	v4cidr.LocalDetector.ClusterCIDRs = []netip.Prefix{
 		netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("10.244.1.0/16")}
+	natV4CIDRRandomFully := strings.Replace(natV4With(
+		`-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ`),
+		`requiring SNAT" -j MASQUERADE
+`, `requiring SNAT" -j MASQUERADE --random-fully
+`, 1)
+
 	v4all := DefaultConfig(IPv4)
 	v4all.MasqueradeAll = true
 	v4all.MasqueradeBit = 0
-	// MasqueradeAll wins over a configured cluster CIDR, as in kube-proxy.
-	v4all.LocalDetector.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	// MasqueradeAll wins over any detector, as in kube-proxy.
+	v4all.LocalDetector = LocalDetector{Mode: LocalModeBridgeInterface, BridgeInterface: mustIfName(ParseInterfaceName, "cbr0")}
+	natV4MasqAllBit0 := strings.ReplaceAll(natV4With(
+		`-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ`),
+		"0x4000", "0x1")
+
+	// NodeCIDR uses the node's pod CIDR and ignores the cluster CIDR.
+	v4node := DefaultConfig(IPv4)
+	v4node.LocalDetector = LocalDetector{Mode: LocalModeNodeCIDR,
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24"), netip.MustParsePrefix("fd00:10:244:3::/64")}}
+	natV4NodeCIDR := natV4With(
+		`-A KUBE-SERVICES ! -s 10.244.3.0/24 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ`)
+
+	v4bridge := DefaultConfig(IPv4)
+	v4bridge.LocalDetector = LocalDetector{Mode: LocalModeBridgeInterface, BridgeInterface: mustIfName(ParseInterfaceName, "cbr0")}
+	natV4Bridge := natV4With(
+		`-A KUBE-SERVICES ! -i cbr0 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ`)
+
+	v4prefix := DefaultConfig(IPv4)
+	v4prefix.LocalDetector = LocalDetector{Mode: LocalModeInterfaceNamePrefix, InterfaceNamePrefix: mustIfName(ParseInterfaceNamePrefix, "veth")}
+	natV4Prefix := natV4With(
+		`-A KUBE-SERVICES ! -i veth+ -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ`)
+
 	v6 := DefaultConfig(IPv6)
 	v6.MasqueradeBit = 31
 	v6.LocalDetector.ClusterCIDRs = []netip.Prefix{
 		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}
-	filterBit0 := strings.ReplaceAll(filterBit14, "0x4000", "0x1")
-	filterBit31 := strings.ReplaceAll(filterBit14, "0x4000", "0x80000000")
+
+	v6prefix := v6
+	v6prefix.LocalDetector = LocalDetector{Mode: LocalModeInterfaceNamePrefix, InterfaceNamePrefix: mustIfName(ParseInterfaceNamePrefix, "lxc")}
+	natV6Prefix := strings.Replace(natV6CIDRBit31, "! -s fd00:10:244::/56 ", "! -i lxc+ ", 1)
+
 	return []testCase{
-		{"ipv4 defaults, no cluster CIDR", DefaultConfig(IPv4), natV4Default, filterBit14},
-		{"ipv4 cluster CIDR, random-fully", v4cidr, natV4CIDRRandomFully, filterBit14},
-		{"ipv4 masquerade-all, bit 0", v4all, natV4MasqAllBit0, filterBit0},
-		{"ipv6 cluster CIDR, bit 31", v6, natV6CIDR, filterBit31},
+		{"ipv4 defaults, no cluster CIDR", DefaultConfig(IPv4), natV4Default, filterV4Bit14},
+		{"ipv4 cluster CIDR, random-fully", v4cidr, natV4CIDRRandomFully, filterV4Bit14},
+		{"ipv4 masquerade-all, bit 0", v4all, natV4MasqAllBit0, strings.ReplaceAll(filterV4Bit14, "0x4000", "0x1")},
+		{"ipv4 NodeCIDR", v4node, natV4NodeCIDR, filterV4Bit14},
+		{"ipv4 BridgeInterface", v4bridge, natV4Bridge, filterV4Bit14},
+		{"ipv4 InterfaceNamePrefix", v4prefix, natV4Prefix, filterV4Bit14},
+		{"ipv6 cluster CIDR, bit 31", v6, natV6CIDRBit31, filterV6Bit31},
+		{"ipv6 InterfaceNamePrefix, bit 31", v6prefix, natV6Prefix, filterV6Bit31},
 	}
 }
 
@@ -182,7 +131,8 @@ func TestSyncWritesExpectedRules(t *testing.T) {
 	for _, tc := range testCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			f := NewFakeRunner(tc.cfg.Family)
-			f.SetKnownSets(SetName(SetClusterIP, tc.cfg.Family), SetName(SetLoopBack, tc.cfg.Family))
+			// Exactly the sets the engine creates: the rules name no other.
+			f.SetKnownSets(ownedSetNames(tc.cfg.Family)...)
 			s := mustSyncer(t, f, tc.cfg)
 			changed, err := s.Sync()
 			if err != nil || !changed {
@@ -206,17 +156,7 @@ func TestSyncWritesExpectedRules(t *testing.T) {
 }
 
 func TestSyncRepairsDrift(t *testing.T) {
-	const servicesOnly = "*nat\n" +
-		":KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-NODE-PORT - [0:0]\n" +
-		":KUBE-LOAD-BALANCER - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n" +
-		"-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN\n" +
-		"-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ\n" +
-		"-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n" +
-		"-A KUBE-POSTROUTING -m comment --comment \"Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose\" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE\n" +
-		"-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n" +
-		"-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n" +
-		"-A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE\n" +
-		"-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n"
+	const servicesOnly = natV4RestoreChains
 	drifts := []struct {
 		name      string
 		drift     func(f *FakeRunner) error
@@ -256,7 +196,7 @@ func TestSyncRepairsDrift(t *testing.T) {
 			if diff := cmp.Diff([]string{d.wantInput}, f.RestoreInputs()); diff != "" {
 				t.Errorf("restore input (-want +got):\n%s", diff)
 			}
-			checkTables(t, f, natV4Default, filterBit14)
+			checkTables(t, f, natV4Default, filterV4Bit14)
 		})
 	}
 }
@@ -278,7 +218,13 @@ func TestSyncRecreatesDeletedChain(t *testing.T) {
 	if f.RestoreCount() != 1 {
 		t.Errorf("%d restores, want 1", f.RestoreCount())
 	}
-	checkTables(t, f, natV4Default, filterBit14)
+	// The missing jump goes back on top; the present one stays put.
+	checkTables(t, f, natV4Default, strings.Replace(filterV4Bit14,
+		`-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+`, `-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+`, 1))
 }
 
 // foreign is other software's state in the same tables and chains.
@@ -309,16 +255,21 @@ func TestSyncAndCleanupKeepForeignRules(t *testing.T) {
 	wantNat := strings.NewReplacer(
 		":KUBE-LOAD-BALANCER", ":DOCKER - [0:0]\n:KUBE-LOAD-BALANCER",
 		"-A OUTPUT", "-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A OUTPUT",
-		"-A KUBE-MARK-MASQ", "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\n-A DOCKER -i docker0 -j RETURN\n-A KUBE-MARK-MASQ",
+		"-A KUBE-LOAD-BALANCER -m comment", "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\n-A DOCKER -i docker0 -j RETURN\n-A KUBE-LOAD-BALANCER -m comment",
 	).Replace(natV4Default)
+	// Our jumps go on top of the foreign rules, in kube-proxy's order.
 	wantFilter := strings.NewReplacer(
 		":FORWARD ACCEPT", ":FORWARD DROP",
 		":KUBE-FORWARD", ":CNI-FORWARD - [0:0]\n:KUBE-FORWARD",
-		"-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\n",
-		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n"+
-			"-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\n"+
-			"-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n",
-	).Replace(filterBit14)
+		`-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+`, `-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
+-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+`,
+		`-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+`, `-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
+`,
+	).Replace(filterV4Bit14)
 	checkTables(t, f, wantNat, wantFilter)
 
 	f.ResetCounts()
@@ -367,22 +318,37 @@ COMMIT
 
 func TestSyncNeedsSets(t *testing.T) {
 	f := NewFakeRunner(IPv4)
-	f.SetKnownSets() // the engine has not created KUBE-CLUSTER-IP yet
+	f.SetKnownSets() // the engine has not created its sets yet
 	s := mustSyncer(t, f, DefaultConfig(IPv4))
 	changed, err := s.Sync()
-	if err == nil || !strings.Contains(err.Error(), "set KUBE-CLUSTER-IP doesn't exist") {
-		t.Fatalf("Sync error = %v; want a missing-set error", err)
+	// Both tables match on sets, so both restores fail whole.
+	if err == nil || changed ||
+		!strings.Contains(err.Error(), "set KUBE-LOAD-BALANCER doesn't exist") ||
+		!strings.Contains(err.Error(), "set KUBE-HEALTH-CHECK-NODE-PORT doesn't exist") {
+		t.Fatalf("Sync = %v, %v; want no change and a missing-set error per table", changed, err)
 	}
-	if !changed {
-		t.Error("filter table should still have been written")
+	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
+		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+	// One set missing is enough to refuse a table.
+	names := ownedSetNames(IPv4)
+	f.SetKnownSets(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == SetIPVSIPs })...)
+	if changed, err := s.Sync(); !changed || err == nil || !strings.Contains(err.Error(), "set KUBE-IPVS-IPS doesn't exist") {
+		t.Fatalf("Sync = %v, %v; want nat written and filter refused", changed, err)
 	}
-	// The failed nat restore left the table untouched.
-	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", filterBit14)
-	f.SetKnownSets(SetClusterIP, SetLoopBack)
+	f.SetKnownSets(names...)
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, f, natV4Default, filterBit14)
+	checkTables(t, f, natV4Default, filterV4Bit14)
+}
+
+// ownedSetNames is the engine's list of sets for fam.
+func ownedSetNames(fam Family) []string {
+	var names []string
+	for _, s := range ipvsync.OwnedSets(fam == IPv4, fam == IPv6) {
+		names = append(names, s.Name)
+	}
+	return names
 }
 
 func TestSyncErrors(t *testing.T) {
@@ -408,7 +374,7 @@ func TestSyncErrors(t *testing.T) {
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, f, natV4Default, filterBit14)
+	checkTables(t, f, natV4Default, filterV4Bit14)
 }
 
 type errString string
@@ -430,7 +396,7 @@ func TestConcurrentSync(t *testing.T) {
 	if f.RestoreCount() != 2 {
 		t.Errorf("%d restores; Sync calls must serialise so only the first writes", f.RestoreCount())
 	}
-	checkTables(t, f, natV4Default, filterBit14)
+	checkTables(t, f, natV4Default, filterV4Bit14)
 }
 
 func TestConfigValidation(t *testing.T) {
