@@ -208,7 +208,10 @@ func (r *Reconciler) prune(snap *kernelSnapshot) error {
 			if rec != nil && slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey }) {
 				continue
 			}
-			if err := r.deleteReal(k, rs.RealKey); err != nil {
+			if r.isDraining(k, rs.RealKey) {
+				continue
+			}
+			if err := r.retireReal(k, rs); err != nil {
 				errs = append(errs, err)
 			}
 		}

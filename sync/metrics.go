@@ -24,6 +24,8 @@ type Metrics struct {
 	ServicesProgrammed prometheus.Gauge
 	NoLocalEndpoints   *prometheus.GaugeVec
 	RestoreFailures    prometheus.Counter
+	Draining           prometheus.Gauge
+	ConntrackDeleted   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -75,12 +77,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ServicesProgrammed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ipvsproxy", Name: "services_programmed",
 			Help: "Services with kernel state applied, as of the last full pass"}),
+		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ipvsproxy", Name: "real_servers_draining",
+			Help: "Real servers at weight 0 waiting for their connections to end"}),
+		ConntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
+			Help: "Stale UDP conntrack entries deleted after their backend went away"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
 			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.KernelOps,
-			m.ServicesProgrammed)
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted)
 	}
 	return m
 }
@@ -139,5 +147,7 @@ func (m *Metrics) noLocalEndpoints(byKey map[string]noLocal) {
 	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
 	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
 }
+
+func (m *Metrics) draining(n int) { m.Draining.Set(float64(n)) }
 
 func (m *Metrics) services(n int) { m.ServicesProgrammed.Set(float64(n)) }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
+	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -44,6 +46,10 @@ type Reconciler struct {
 	addrRefs  map[netip.Addr]int32
 	entryRefs map[SetEntry]int32
 	vsOwner   map[ipvs.ServiceKey]string
+	draining  drainState
+	stale     []conntrack.Flow
+	grace     time.Duration
+	now       func() time.Time
 
 	// OnOp, when set, is told of every kernel write and its outcome.
 	OnOp func(op Op, err error)
@@ -60,6 +66,8 @@ func NewReconciler(k Kernel, ownedSets []string, exclude []netip.Prefix) *Reconc
 		addrRefs:  map[netip.Addr]int32{},
 		entryRefs: map[SetEntry]int32{},
 		vsOwner:   map[ipvs.ServiceKey]string{},
+		draining:  drainState{},
+		now:       time.Now,
 	}
 }
 
@@ -275,7 +283,7 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 	}
 	mergeWalk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
 		func(rs ipvs.RealServer) {
-			if err := r.deleteReal(k, rs.RealKey); err != nil {
+			if err := r.retireReal(k, rs); err != nil {
 				errs = append(errs, err)
 				got.Reals = append(got.Reals, rs)
 			}
@@ -297,14 +305,22 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 				got.Reals = append(got.Reals, ors)
 				return
 			}
+			r.stopDrain(k, nrs.RealKey)
 			got.Reals = append(got.Reals, nrs)
 		})
+	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
+		// Datagrams sent while the service had no backend may have left
+		// conntrack entries that would keep them from reaching the new one.
+		r.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port})
+	}
 	return got, errors.Join(errs...)
 }
 
 func (r *Reconciler) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
 	err := r.kernel.IPVS.AddRealServer(k, rs)
 	if ipvs.IsExist(err) {
+		// Typically a draining backend that came back: restore its weight.
+		r.stopDrain(k, rs.RealKey)
 		err = r.kernel.IPVS.UpdateRealServer(k, rs)
 		return r.observe("real_server", "update", err)
 	}
@@ -330,6 +346,7 @@ func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
 	if r.vsOwner[o.VS.ServiceKey] == key {
 		delete(r.vsOwner, o.VS.ServiceKey)
 	}
+	delete(r.draining, o.VS.ServiceKey)
 	return nil
 }
 

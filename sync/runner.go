@@ -10,10 +10,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/ipvsproxy/ipvsproxy/conntrack"
 )
 
-// fullSyncKey is queued to ask for a full pass; no service key is empty.
-const fullSyncKey = ""
+// Sentinel keys: no service key ("namespace/name") looks like these.
+const (
+	fullSyncKey = ""       // run a full pass
+	drainKey    = "/drain" // sweep draining real servers
+)
 
 // EventSink reports a problem with one Service to its owner, as a Warning
 // Event on the Service.
@@ -37,7 +42,11 @@ type RunnerConfig struct {
 	Prepare      func() error
 	Events       EventSink
 	HealthChecks HealthCheckSink
+	Conntrack    conntrack.Cleaner // nil: no stale UDP flow cleanup
 	Metrics      *Metrics
+	// DrainInterval is how often draining real servers are checked
+	// (default 5 s).
+	DrainInterval time.Duration
 	// Retry backoff for a key whose kernel ops failed.
 	RetryBase, RetryMax time.Duration
 }
@@ -71,6 +80,9 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 2 * time.Minute
+	}
+	if cfg.DrainInterval <= 0 {
+		cfg.DrainInterval = 5 * time.Second
 	}
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
@@ -121,14 +133,18 @@ func (r *Runner) Run(ctx context.Context, synced func() bool) {
 }
 
 func (r *Runner) tickFullSync(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SyncPeriod)
-	defer t.Stop()
+	full := time.NewTicker(r.cfg.SyncPeriod)
+	defer full.Stop()
+	drain := time.NewTicker(r.cfg.DrainInterval)
+	defer drain.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-full.C:
 			r.queue.Add(fullSyncKey)
+		case <-drain.C:
+			r.queue.Add(drainKey)
 		}
 	}
 }
@@ -147,20 +163,25 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		}
 		keys = append(keys, k)
 	}
-	queuedAt := r.lastQueued.Swap(0)
-	start := time.Now()
-	full := false
-	for _, k := range keys {
-		if k == fullSyncKey {
-			full = true
+	if i := indexOf(keys, drainKey); i >= 0 {
+		keys = append(keys[:i], keys[i+1:]...)
+		r.sweep()
+		r.queue.Forget(drainKey)
+		r.queue.Done(drainKey)
+		if len(keys) == 0 {
+			return true
 		}
 	}
+	queuedAt := r.lastQueued.Swap(0)
+	start := time.Now()
+	full := indexOf(keys, fullSyncKey) >= 0
 	var failed map[string]error
 	if full {
 		failed = r.fullSync()
 	} else {
 		failed = r.syncKeys(keys)
 	}
+	r.clearStaleFlows()
 	end := time.Now()
 	for _, k := range keys {
 		if err, bad := failed[k]; bad {
@@ -174,7 +195,7 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	if full {
 		// Failed keys found by a full pass were not in this batch's keys.
 		for k, err := range failed {
-			if k != fullSyncKey && !contains(keys, k) {
+			if k != fullSyncKey && indexOf(keys, k) < 0 {
 				klog.ErrorS(err, "Sync failed; will retry", "service", k)
 				r.queue.AddRateLimited(k)
 			}
@@ -196,13 +217,42 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	return true
 }
 
-func contains(keys []string, k string) bool {
-	for _, x := range keys {
+func indexOf(keys []string, k string) int {
+	for i, x := range keys {
 		if x == k {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+func contains(keys []string, k string) bool { return indexOf(keys, k) >= 0 }
+
+func (r *Runner) sweep() {
+	if r.rec.Draining() == 0 {
+		return
+	}
+	if err := r.rec.SweepDraining(); err != nil {
+		klog.ErrorS(err, "Removing drained real servers")
+	}
+	r.metrics.draining(r.rec.Draining())
+}
+
+// clearStaleFlows deletes the conntrack entries of UDP flows whose backend
+// went away in this batch: one conntrack walk per batch, never per change.
+func (r *Runner) clearStaleFlows() {
+	flows := r.rec.TakeStaleFlows()
+	if len(flows) == 0 || r.cfg.Conntrack == nil {
+		return
+	}
+	n, err := r.cfg.Conntrack.DeleteUDP(flows)
+	if err != nil {
+		klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
+		r.rec.ReturnStaleFlows(flows)
+		return
+	}
+	r.metrics.ConntrackDeleted.Add(float64(n))
+	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
 // UpdateNode changes what the builder knows about the node (addresses,

@@ -33,6 +33,7 @@ type Options struct {
 	HealthzBindAddress string
 	MetricsBindAddress string
 	NodePortAddresses  []string
+	GracePeriod        time.Duration
 	ConfigFile         string // --config: read before Validate, see config.go
 	WriteConfigTo      string // --write-config-to: write the effective config and exit
 }
@@ -45,6 +46,7 @@ func NewOptions() *Options {
 		SyncPeriod:         30 * time.Second,
 		MinSyncPeriod:      0,
 		IPTablesBackend:    "auto",
+		GracePeriod:        30 * time.Second,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 	}
@@ -67,6 +69,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
 	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
+	fs.DurationVar(&o.GracePeriod, "ipvs-graceful-termination-period", o.GracePeriod, "How long a removed TCP/SCTP backend keeps its open connections (at weight 0) before it is deleted; 0 deletes at once. UDP backends are always deleted at once.")
 	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/healthcheck"
 	"github.com/ipvsproxy/ipvsproxy/healthz"
@@ -98,6 +99,16 @@ func Run(ctx context.Context, o *Options) error {
 		ownedSets = append(ownedSets, s.Name)
 	}
 	rec := sync.NewReconciler(sync.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
+	rec.SetGracePeriod(o.GracePeriod)
+	var cleaner conntrack.Cleaner
+	if ct, err := conntrack.New(); err != nil {
+		// Services still work; only clients of a replaced UDP backend may
+		// keep sending to it until their conntrack entry times out.
+		klog.ErrorS(err, "Stale UDP conntrack entries will not be cleaned")
+	} else {
+		defer ct.Close()
+		cleaner = ct
+	}
 	tracker := sync.NewTracker()
 	events, stopEvents := newEventSink(client, nodeName)
 	defer stopEvents()
@@ -110,6 +121,7 @@ func Run(ctx context.Context, o *Options) error {
 		Prepare:       setup.ensure,
 		Events:        events,
 		HealthChecks:  healthChecks,
+		Conntrack:     cleaner,
 		Metrics:       metrics,
 	}, tracker, rec)
 	npFilter, _ := o.nodePortFilter()
