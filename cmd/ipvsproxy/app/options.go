@@ -33,6 +33,9 @@ type Options struct {
 	HealthzBindAddress string
 	MetricsBindAddress string
 	NodePortAddresses  []string
+	DetectLocalMode    string
+	PodBridge          string
+	PodIfacePrefix     string
 	GracePeriod        time.Duration
 	ConfigFile         string // --config: read before Validate, see config.go
 	WriteConfigTo      string // --write-config-to: write the effective config and exit
@@ -70,6 +73,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
 	fs.DurationVar(&o.GracePeriod, "ipvs-graceful-termination-period", o.GracePeriod, "How long a removed TCP/SCTP backend keeps its open connections (at weight 0) before it is deleted; 0 deletes at once. UDP backends are always deleted at once.")
+	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "How to tell cluster traffic (not masqueraded) from outside traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
+	fs.StringVar(&o.PodBridge, "pod-bridge-interface", o.PodBridge, "With --detect-local-mode=BridgeInterface: the bridge the pods are on.")
+	fs.StringVar(&o.PodIfacePrefix, "pod-interface-name-prefix", o.PodIfacePrefix, "With --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interfaces.")
 	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
@@ -107,6 +113,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if _, err := o.nodePortFilter(); err != nil {
+		return err
+	}
+	if _, err := o.localDetector(); err != nil {
 		return err
 	}
 	if _, err := iptables.ParseBackend(o.IPTablesBackend); err != nil {
@@ -171,4 +180,27 @@ func (o *Options) nodePortFilter() (nodePortFilter, error) {
 		f.cidrs = append(f.cidrs, p.Masked())
 	}
 	return f, nil
+}
+
+// localDetector validates the --detect-local-mode flags. NodeCIDRs are
+// filled later, from the Node object.
+func (o *Options) localDetector() (iptables.LocalDetector, error) {
+	var d iptables.LocalDetector
+	mode, err := iptables.ParseLocalMode(o.DetectLocalMode)
+	if err != nil {
+		return d, fmt.Errorf("--detect-local-mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", o.DetectLocalMode)
+	}
+	d.Mode = mode
+	d.ClusterCIDRs, _ = o.clusterCIDRs()
+	switch mode {
+	case iptables.LocalModeBridgeInterface:
+		if d.BridgeInterface, err = iptables.ParseInterfaceName(o.PodBridge); err != nil {
+			return d, fmt.Errorf("--pod-bridge-interface %q: %v", o.PodBridge, err)
+		}
+	case iptables.LocalModeInterfaceNamePrefix:
+		if d.InterfaceNamePrefix, err = iptables.ParseInterfaceNamePrefix(o.PodIfacePrefix); err != nil {
+			return d, fmt.Errorf("--pod-interface-name-prefix %q: %v", o.PodIfacePrefix, err)
+		}
+	}
+	return d, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestBadFlagsGiveOneLineErrors runs the real command with bad flags: each
@@ -72,5 +74,34 @@ func TestProxyLabelSelectorIsKubeProxys(t *testing.T) {
 	want := "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"
 	if got != want {
 		t.Errorf("selector %q, want %q", got, want)
+	}
+}
+
+func TestDetectLocalModeFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string // "" = valid
+	}{
+		{[]string{"--detect-local-mode", "BridgeInterface", "--pod-bridge-interface", "cbr0"}, ""},
+		{[]string{"--detect-local-mode", "InterfaceNamePrefix", "--pod-interface-name-prefix", "veth"}, ""},
+		{[]string{"--detect-local-mode", "NodeCIDR"}, ""},
+		{[]string{"--detect-local-mode", "Magic"}, `--detect-local-mode "Magic": want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix`},
+		{[]string{"--detect-local-mode", "BridgeInterface", "--pod-bridge-interface", "a/b"}, `--pod-bridge-interface "a/b"`},
+		{[]string{"--detect-local-mode", "InterfaceNamePrefix"}, `--pod-interface-name-prefix ""`},
+	}
+	for _, c := range cases {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
+			t.Errorf("%v: got %v, want %q…", c.args, err, c.want)
+		}
 	}
 }

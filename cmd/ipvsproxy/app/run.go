@@ -51,7 +51,6 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	clusterCIDRs, _ := o.clusterCIDRs()
 	exclude, _ := o.excludeCIDRs()
 	client, err := newClient(o)
 	if err != nil {
@@ -88,7 +87,13 @@ func Run(ctx context.Context, o *Options) error {
 	v6 := ipv6Usable()
 	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
 		onFail: metrics.RestoreFailures.Inc}
-	if setup.rules, err = ruleSyncers(o, clusterCIDRs, v6); err != nil {
+	detector, _ := o.localDetector()
+	if detector.Mode == iptables.LocalModeNodeCIDR {
+		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
+			return err
+		}
+	}
+	if setup.rules, err = ruleSyncers(o, detector, v6); err != nil {
 		return err
 	}
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
@@ -190,7 +195,7 @@ func newClient(o *Options) (kubernetes.Interface, error) {
 }
 
 // ruleSyncers builds one iptables rule syncer per family in use.
-func ruleSyncers(o *Options, clusterCIDRs []netip.Prefix, v6 bool) ([]*iptables.Syncer, error) {
+func ruleSyncers(o *Options, detector iptables.LocalDetector, v6 bool) ([]*iptables.Syncer, error) {
 	backend, err := iptables.ParseBackend(o.IPTablesBackend)
 	if err != nil {
 		return nil, err
@@ -214,15 +219,44 @@ func ruleSyncers(o *Options, clusterCIDRs []netip.Prefix, v6 bool) ([]*iptables.
 		cfg := iptables.DefaultConfig(fam)
 		cfg.MasqueradeBit = int(o.MasqueradeBit)
 		cfg.MasqueradeAll = o.MasqueradeAll
-		cfg.LocalDetector.ClusterCIDRs = clusterCIDRs
+		cfg.LocalDetector = detector
 		cfg.RandomFully = iptables.SupportsRandomFully(runner)
 		s, err := iptables.NewSyncer(runner, cfg)
 		if err != nil {
 			return nil, err
 		}
+		for _, w := range cfg.Warnings() {
+			klog.InfoS("iptables: "+w, "family", fam)
+		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// waitForPodCIDRs reads the node's spec.podCIDRs for
+// --detect-local-mode=NodeCIDR, waiting (as kube-proxy does) until the node
+// has them.
+func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, node string) ([]netip.Prefix, error) {
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil && len(n.Spec.PodCIDRs) > 0 {
+			var out []netip.Prefix
+			for _, c := range n.Spec.PodCIDRs {
+				p, err := netip.ParsePrefix(c)
+				if err != nil {
+					return nil, fmt.Errorf("node %s: podCIDR %q is not a CIDR", node, c)
+				}
+				out = append(out, p.Masked())
+			}
+			return out, nil
+		}
+		klog.InfoS("Waiting for the node's podCIDRs (--detect-local-mode=NodeCIDR)", "node", node, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // ipv6Usable reports whether the node has IPv6 at all.
