@@ -239,6 +239,7 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 			binding{"ipvs.tcpTimeout", "ipvs-tcp-timeout", ipvs.TCPTimeout.Duration != 0, func() { o.TCPTimeout = ipvs.TCPTimeout.Duration }},
 			binding{"ipvs.tcpFinTimeout", "ipvs-tcpfin-timeout", ipvs.TCPFinTimeout.Duration != 0, func() { o.TCPFinTimeout = ipvs.TCPFinTimeout.Duration }},
 			binding{"ipvs.udpTimeout", "ipvs-udp-timeout", ipvs.UDPTimeout.Duration != 0, func() { o.UDPTimeout = ipvs.UDPTimeout.Duration }},
+			binding{"nodePortAddresses", "nodeport-addresses", len(c.NodePortAddresses) > 0, func() { o.NodePortAddresses = append([]string(nil), c.NodePortAddresses...) }},
 			binding{"healthzBindAddress", "healthz-bind-address", c.HealthzBindAddress != "", func() { o.HealthzBindAddress = withDefaultPort(c.HealthzBindAddress, 10256) }},
 			binding{"metricsBindAddress", "metrics-bind-address", c.MetricsBindAddress != "", func() { o.MetricsBindAddress = withDefaultPort(c.MetricsBindAddress, 10249) }},
 		)
@@ -259,6 +260,7 @@ var usedPaths = map[string]bool{
 	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
 	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
 	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
+	"nodePortAddresses": true,
 }
 
 // Ignored returns the fields the file sets that ipvsproxy does not use:
@@ -348,6 +350,7 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		Mode:               "ipvs",
 		HealthzBindAddress: o.HealthzBindAddress,
 		MetricsBindAddress: o.MetricsBindAddress,
+		NodePortAddresses:  o.NodePortAddresses,
 		IPTables:           kpv1alpha1.KubeProxyIPTablesConfiguration{MasqueradeAll: o.MasqueradeAll, MasqueradeBit: &bit},
 		IPVS: kpv1alpha1.KubeProxyIPVSConfiguration{
 			Scheduler: o.Scheduler, ExcludeCIDRs: o.ExcludeCIDRs, StrictARP: o.StrictARP,

@@ -37,6 +37,7 @@ ipvs:
   tcpTimeout: 900s
   tcpFinTimeout: 30s
   udpTimeout: 10s
+nodePortAddresses: [primary, 192.168.0.0/16]
 ---
 apiVersion: ipvsproxy.io/v1alpha1
 kind: IPVSProxyConfiguration
@@ -145,6 +146,7 @@ func TestConfigFileValues(t *testing.T) {
 	full.ExcludeCIDRs, full.StrictARP = []string{"192.168.50.0/24"}, true
 	full.TCPTimeout, full.TCPFinTimeout, full.UDPTimeout = 900*time.Second, 30*time.Second, 10*time.Second
 	full.HealthzBindAddress, full.MetricsBindAddress, full.IPTablesBackend = "0.0.0.0:20256", "[::]:20249", "nft"
+	full.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
 
 	overridden := full
 	overridden.Scheduler, overridden.StrictARP, overridden.IPTablesBackend = "wrr", false, "legacy"
