@@ -53,6 +53,9 @@ type IPVSProxyConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 	// IPTablesBackend is auto, legacy or nft (--iptables-backend).
 	IPTablesBackend string `json:"iptablesBackend,omitempty"`
+	// GracefulTerminationPeriod is --ipvs-graceful-termination-period; a
+	// pointer because 0 ("delete at once") differs from unset (30 s).
+	GracefulTerminationPeriod *metav1.Duration `json:"gracefulTerminationPeriod,omitempty"`
 }
 
 // ConfigFile is a decoded --config file.
@@ -167,15 +170,11 @@ func strictUnmarshal(js []byte, v any) error {
 	return nil
 }
 
-// checkModes rejects settings that would make ipvsproxy program the node
-// differently from what the file asks: ignoring them would be silent
-// breakage, not compatibility.
+// checkModes rejects a mode ipvsproxy does not implement: ignoring it would
+// program the node differently from what the file asks.
 func checkModes(c *kpv1alpha1.KubeProxyConfiguration) error {
 	if c.Mode != "" && c.Mode != "ipvs" {
 		return fmt.Errorf("mode %q is not supported: ipvsproxy implements only \"ipvs\"", c.Mode)
-	}
-	if c.DetectLocalMode != "" && c.DetectLocalMode != "ClusterCIDR" {
-		return fmt.Errorf("detectLocalMode %q is not supported yet: only ClusterCIDR", c.DetectLocalMode)
 	}
 	return nil
 }
@@ -239,13 +238,18 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 			binding{"ipvs.tcpTimeout", "ipvs-tcp-timeout", ipvs.TCPTimeout.Duration != 0, func() { o.TCPTimeout = ipvs.TCPTimeout.Duration }},
 			binding{"ipvs.tcpFinTimeout", "ipvs-tcpfin-timeout", ipvs.TCPFinTimeout.Duration != 0, func() { o.TCPFinTimeout = ipvs.TCPFinTimeout.Duration }},
 			binding{"ipvs.udpTimeout", "ipvs-udp-timeout", ipvs.UDPTimeout.Duration != 0, func() { o.UDPTimeout = ipvs.UDPTimeout.Duration }},
+			binding{"detectLocalMode", "detect-local-mode", c.DetectLocalMode != "", func() { o.DetectLocalMode = string(c.DetectLocalMode) }},
+			binding{"detectLocal.bridgeInterface", "pod-bridge-interface", c.DetectLocal.BridgeInterface != "", func() { o.PodBridge = c.DetectLocal.BridgeInterface }},
+			binding{"detectLocal.interfaceNamePrefix", "pod-interface-name-prefix", c.DetectLocal.InterfaceNamePrefix != "", func() { o.PodIfacePrefix = c.DetectLocal.InterfaceNamePrefix }},
 			binding{"nodePortAddresses", "nodeport-addresses", len(c.NodePortAddresses) > 0, func() { o.NodePortAddresses = append([]string(nil), c.NodePortAddresses...) }},
 			binding{"healthzBindAddress", "healthz-bind-address", c.HealthzBindAddress != "", func() { o.HealthzBindAddress = withDefaultPort(c.HealthzBindAddress, 10256) }},
 			binding{"metricsBindAddress", "metrics-bind-address", c.MetricsBindAddress != "", func() { o.MetricsBindAddress = withDefaultPort(c.MetricsBindAddress, 10249) }},
 		)
 	}
 	if e := cf.IPVSProxy; e != nil {
-		b = append(b, binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }})
+		b = append(b,
+			binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }},
+			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }})
 	}
 	return b
 }
@@ -260,7 +264,7 @@ var usedPaths = map[string]bool{
 	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
 	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
 	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
-	"nodePortAddresses": true,
+	"nodePortAddresses": true, "detectLocal.bridgeInterface": true, "detectLocal.interfaceNamePrefix": true,
 }
 
 // Ignored returns the fields the file sets that ipvsproxy does not use:
@@ -351,6 +355,8 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		HealthzBindAddress: o.HealthzBindAddress,
 		MetricsBindAddress: o.MetricsBindAddress,
 		NodePortAddresses:  o.NodePortAddresses,
+		DetectLocalMode:    kpv1alpha1.LocalMode(o.DetectLocalMode),
+		DetectLocal:        kpv1alpha1.DetectLocalConfiguration{BridgeInterface: o.PodBridge, InterfaceNamePrefix: o.PodIfacePrefix},
 		IPTables:           kpv1alpha1.KubeProxyIPTablesConfiguration{MasqueradeAll: o.MasqueradeAll, MasqueradeBit: &bit},
 		IPVS: kpv1alpha1.KubeProxyIPVSConfiguration{
 			Scheduler: o.Scheduler, ExcludeCIDRs: o.ExcludeCIDRs, StrictARP: o.StrictARP,
@@ -369,8 +375,9 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		return nil, err
 	}
 	ext, err := yaml.Marshal(&IPVSProxyConfiguration{
-		TypeMeta:        metav1.TypeMeta{APIVersion: ConfigAPIVersion, Kind: ConfigKind},
-		IPTablesBackend: o.IPTablesBackend,
+		TypeMeta:                  metav1.TypeMeta{APIVersion: ConfigAPIVersion, Kind: ConfigKind},
+		IPTablesBackend:           o.IPTablesBackend,
+		GracefulTerminationPeriod: &metav1.Duration{Duration: o.GracePeriod},
 	})
 	if err != nil {
 		return nil, err

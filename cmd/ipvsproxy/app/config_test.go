@@ -38,10 +38,14 @@ ipvs:
   tcpFinTimeout: 30s
   udpTimeout: 10s
 nodePortAddresses: [primary, 192.168.0.0/16]
+detectLocalMode: InterfaceNamePrefix
+detectLocal:
+  interfaceNamePrefix: veth
 ---
 apiVersion: ipvsproxy.io/v1alpha1
 kind: IPVSProxyConfiguration
 iptablesBackend: nft
+gracefulTerminationPeriod: 0s
 `
 
 // kubeadmFile is what kubeadm writes into the kube-proxy ConfigMap: every
@@ -147,6 +151,7 @@ func TestConfigFileValues(t *testing.T) {
 	full.TCPTimeout, full.TCPFinTimeout, full.UDPTimeout = 900*time.Second, 30*time.Second, 10*time.Second
 	full.HealthzBindAddress, full.MetricsBindAddress, full.IPTablesBackend = "0.0.0.0:20256", "[::]:20249", "nft"
 	full.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
+	full.DetectLocalMode, full.PodIfacePrefix, full.GracePeriod = "InterfaceNamePrefix", "veth", 0
 
 	overridden := full
 	overridden.Scheduler, overridden.StrictARP, overridden.IPTablesBackend = "wrr", false, "legacy"
@@ -191,7 +196,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"field names are case-sensitive", kpHeader + "Mode: ipvs\n", `unknown field "Mode"`},
 		{"duplicate field", kpHeader + "mode: ipvs\nmode: ipvs\n", `"mode" already set in map`},
 		{"unsupported mode", kpHeader + "mode: iptables\n", `mode "iptables" is not supported: ipvsproxy implements only "ipvs"`},
-		{"unsupported local detection", kpHeader + "detectLocalMode: NodeCIDR\n", `detectLocalMode "NodeCIDR" is not supported yet`},
+		{"bad local detection names the field", kpHeader + "detectLocalMode: Magic\n", `detectLocalMode: --detect-local-mode "Magic"`},
 		{"wrong kind", "apiVersion: v1\nkind: ConfigMap\n", `document 1: apiVersion "v1" kind "ConfigMap": want kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration`},
 		{"unknown field in ipvsproxy's document", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nbackend: nft\n", `document 1: unknown field "backend"`},
 		{"two KubeProxyConfigurations", kpHeader + "---\n" + kpHeader, "document 2: a second KubeProxyConfiguration"},
