@@ -59,3 +59,38 @@ func TestSandboxPodsAndKernelIPVS(t *testing.T) {
 	}
 	expectAllAnswer(t, framework.GetTCP, vip, 80, 10, pods)
 }
+
+// IPv6 works the same way: dual-stack pods answer on their IPv6 address,
+// directly and through a virtual server made by hand.
+func TestSandboxIPv6(t *testing.T) {
+	pods := startDualStackPods(t, "raw6", 2, []int{8080}, []int{5353})
+	for _, p := range pods {
+		if name, err := framework.GetTCP(p.IP6, 8080); err != nil || name != p.Name {
+			t.Fatalf("TCP to pod %s at %s: got %q, %v", p.Name, p.IP6, name, err)
+		}
+		if name, err := framework.AskUDP(p.IP6, 5353); err != nil || name != p.Name {
+			t.Fatalf("UDP to pod %s at %s: got %q, %v", p.Name, p.IP6, name, err)
+		}
+	}
+	const vip = "2001:db8::7" // documentation range, on its own dummy link
+	vs := "[" + vip + "]:80"
+	steps := [][]string{
+		{"ip", "link", "add", "e2e-manual6", "type", "dummy"},
+		{"ip", "link", "set", "e2e-manual6", "up"},
+		{"ip", "-6", "addr", "add", vip + "/128", "dev", "e2e-manual6", "nodad"},
+		{"ipvsadm", "-A", "-t", vs, "-s", "rr"},
+	}
+	for _, p := range pods {
+		steps = append(steps, []string{"ipvsadm", "-a", "-t", vs, "-r", "[" + p.IP6 + "]:8080", "-m", "-w", "1"})
+	}
+	t.Cleanup(func() {
+		_, _ = framework.Run("ipvsadm", "-D", "-t", vs)
+		_, _ = framework.Run("ip", "link", "del", "e2e-manual6")
+	})
+	for _, s := range steps {
+		if _, err := framework.Run(s[0], s[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectAllAnswer(t, framework.GetTCP, vip, 80, 10, pods)
+}

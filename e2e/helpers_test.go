@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
 )
@@ -64,45 +65,102 @@ func startPods(t *testing.T, prefix string, n int, tcp, udp []int) []*framework.
 	return pods
 }
 
-// createService creates the Service and a ready EndpointSlice with pods.
+// startDualStackPods is startPods with an IPv6 address on every pod.
+func startDualStackPods(t *testing.T, prefix string, n int, tcp, udp []int) []*framework.Pod {
+	t.Helper()
+	var pods []*framework.Pod
+	for i := 0; i < n; i++ {
+		ip := framework.NextPodIP()
+		p, err := framework.StartDualStackPod(fmt.Sprintf("%s-%d", prefix, i), ip, framework.PodIP6(ip), tcp, udp, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Stop)
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// createService creates a ClusterIP Service and a ready EndpointSlice with pods.
 func createService(t *testing.T, ns, name string, pods []*framework.Pod, ports ...framework.Port) *testService {
 	t.Helper()
-	svc, err := cluster.ApplyService(ctx(t), framework.ClusterIPService(ns, name, ports...))
+	return applyService(t, framework.ClusterIPService(ns, name, ports...), pods)
+}
+
+// applyService creates svc and, per IP family of its ClusterIPs, a ready
+// EndpointSlice with the pods.
+func applyService(t *testing.T, spec *corev1.Service, pods []*framework.Pod) *testService {
+	t.Helper()
+	svc, err := cluster.ApplyService(ctx(t), spec)
 	if err != nil {
 		t.Fatalf("create service: %v", err)
 	}
 	ts := &testService{t: t, svc: svc, VIP: svc.Spec.ClusterIP}
-	t.Cleanup(func() { _ = cluster.DeleteService(context.Background(), ns, name) })
+	t.Cleanup(func() { _ = cluster.DeleteService(context.Background(), svc.Namespace, svc.Name) })
 	ts.setEndpoints(pods...)
-	t.Logf("service %s/%s ClusterIP %s, %d endpoints", ns, name, ts.VIP, len(pods))
+	t.Logf("service %s/%s ClusterIPs %v, %d endpoints", svc.Namespace, svc.Name, svc.Spec.ClusterIPs, len(pods))
 	return ts
 }
 
-// setEndpoints rewrites the service's slice to exactly these ready pods.
+// setEndpoints rewrites the service's slices to exactly these ready pods.
 func (ts *testService) setEndpoints(pods ...*framework.Pod) {
 	ts.t.Helper()
-	es := framework.EndpointSliceFor(ts.svc, ts.svc.Name+"-e2e", cluster.Node, framework.Ready, pods...)
-	if _, err := cluster.ApplySlice(ctx(ts.t), es); err != nil {
-		ts.t.Fatalf("apply endpointslice: %v", err)
+	for _, vip := range ts.svc.Spec.ClusterIPs {
+		family, name := discoveryv1.AddressTypeIPv4, ts.svc.Name+"-e2e"
+		if isV6(vip) {
+			family, name = discoveryv1.AddressTypeIPv6, ts.svc.Name+"-e2e-v6"
+		}
+		es := framework.EndpointSliceForFamily(ts.svc, name, cluster.Node, family, framework.Ready, pods...)
+		if _, err := cluster.ApplySlice(ctx(ts.t), es); err != nil {
+			ts.t.Fatalf("apply endpointslice: %v", err)
+		}
 	}
 	ts.pods = pods
 }
 
+func isV6(ip string) bool { return strings.Contains(ip, ":") }
+
+// podIP is the pod's address in the family of vip.
+func podIP(p *framework.Pod, vip string) string {
+	if isV6(vip) {
+		return p.IP6
+	}
+	return p.IP
+}
+
+// setName is kube-proxy's ipset name for the family of vip: the IPv6 twin
+// of KUBE-X is KUBE-6-X.
+func setName(base, vip string) string {
+	if isV6(vip) {
+		return "KUBE-6-" + strings.TrimPrefix(base, "KUBE-")
+	}
+	return base
+}
+
 // vsKey names the virtual server of one service port ("TCP 10.96.0.5:80").
-func (ts *testService) vsKey(p corev1.ServicePort) string {
-	return string(p.Protocol) + " " + net.JoinHostPort(ts.VIP, strconv.Itoa(int(p.Port)))
+func vsKey(vip string, p corev1.ServicePort) string {
+	return string(p.Protocol) + " " + net.JoinHostPort(vip, strconv.Itoa(int(p.Port)))
 }
 
 // kernelMatches checks the full picture of the service: per port a VS
 // (rr) whose active real servers are exactly the pods (Masq, weight 1), the
 // ClusterIP on kube-ipvs0, and the KUBE-CLUSTER-IP / KUBE-LOOP-BACK entries.
 func (ts *testService) kernelMatches() error {
+	for _, vip := range ts.svc.Spec.ClusterIPs {
+		if err := ts.familyMatches(vip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ts *testService) familyMatches(vip string) error {
 	vss, err := framework.IPVS()
 	if err != nil {
 		return err
 	}
 	for _, p := range ts.svc.Spec.Ports {
-		key := ts.vsKey(p)
+		key := vsKey(vip, p)
 		vs := vss[key]
 		if vs == nil {
 			return fmt.Errorf("no virtual server %s", key)
@@ -112,7 +170,7 @@ func (ts *testService) kernelMatches() error {
 		}
 		var want []string
 		for _, pod := range ts.pods {
-			addr := net.JoinHostPort(pod.IP, strconv.Itoa(int(p.TargetPort.IntVal)))
+			addr := net.JoinHostPort(podIP(pod, vip), strconv.Itoa(int(p.TargetPort.IntVal)))
 			want = append(want, addr)
 			rs, ok := vs.Reals[addr]
 			if !ok {
@@ -127,36 +185,38 @@ func (ts *testService) kernelMatches() error {
 			return fmt.Errorf("%s: active real servers %v, want %v", key, got, want)
 		}
 	}
-	if ok, err := framework.HasAddr("kube-ipvs0", ts.VIP); err != nil || !ok {
-		return fmt.Errorf("ClusterIP %s not on kube-ipvs0 (err %v)", ts.VIP, err)
+	if ok, err := framework.HasAddr("kube-ipvs0", vip); err != nil || !ok {
+		return fmt.Errorf("ClusterIP %s not on kube-ipvs0 (err %v)", vip, err)
 	}
-	return ts.setEntries(true)
+	return ts.setEntries(vip, true)
 }
 
 // setEntries checks that the ipset entries of the service are all present
 // (want true) or all absent.
-func (ts *testService) setEntries(want bool) error {
-	clusterIPs, err := framework.SetMembers("KUBE-CLUSTER-IP")
+func (ts *testService) setEntries(vip string, want bool) error {
+	clusterIPSet, loopBackSet := setName("KUBE-CLUSTER-IP", vip), setName("KUBE-LOOP-BACK", vip)
+	clusterIPs, err := framework.SetMembers(clusterIPSet)
 	if err != nil {
 		return err
 	}
-	loopBack, err := framework.SetMembers("KUBE-LOOP-BACK")
+	loopBack, err := framework.SetMembers(loopBackSet)
 	if err != nil {
 		return err
 	}
 	for _, p := range ts.svc.Spec.Ports {
 		proto := strings.ToLower(string(p.Protocol))
-		e := fmt.Sprintf("%s,%s:%d", ts.VIP, proto, p.Port)
+		e := fmt.Sprintf("%s,%s:%d", vip, proto, p.Port)
 		if clusterIPs[e] != want {
-			return fmt.Errorf("KUBE-CLUSTER-IP entry %s present=%v, want %v", e, clusterIPs[e], want)
+			return fmt.Errorf("%s entry %s present=%v, want %v", clusterIPSet, e, clusterIPs[e], want)
 		}
 		if !want {
 			continue // loop-back entries belong to endpoints, checked while they exist
 		}
 		for _, pod := range ts.pods {
-			e := fmt.Sprintf("%s,%s:%d,%s", pod.IP, proto, p.TargetPort.IntVal, pod.IP)
+			ip := podIP(pod, vip)
+			e := fmt.Sprintf("%s,%s:%d,%s", ip, proto, p.TargetPort.IntVal, ip)
 			if !loopBack[e] {
-				return fmt.Errorf("KUBE-LOOP-BACK entry %s missing", e)
+				return fmt.Errorf("%s entry %s missing", loopBackSet, e)
 			}
 		}
 	}
@@ -169,15 +229,20 @@ func (ts *testService) gone() error {
 	if err != nil {
 		return err
 	}
-	for _, p := range ts.svc.Spec.Ports {
-		if vs := vss[ts.vsKey(p)]; vs != nil {
-			return fmt.Errorf("virtual server %s still there with %v", vs.Key(), vs.ActiveReals())
+	for _, vip := range ts.svc.Spec.ClusterIPs {
+		for _, p := range ts.svc.Spec.Ports {
+			if vs := vss[vsKey(vip, p)]; vs != nil {
+				return fmt.Errorf("virtual server %s still there with %v", vs.Key(), vs.ActiveReals())
+			}
+		}
+		if ok, err := framework.HasAddr("kube-ipvs0", vip); err != nil || ok {
+			return fmt.Errorf("ClusterIP %s still on kube-ipvs0 (err %v)", vip, err)
+		}
+		if err := ts.setEntries(vip, false); err != nil {
+			return err
 		}
 	}
-	if ok, err := framework.HasAddr("kube-ipvs0", ts.VIP); err != nil || ok {
-		return fmt.Errorf("ClusterIP %s still on kube-ipvs0 (err %v)", ts.VIP, err)
-	}
-	return ts.setEntries(false)
+	return nil
 }
 
 // waitKernel waits up to timeout for check, failing with the kernel dump.

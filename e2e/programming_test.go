@@ -90,3 +90,23 @@ func TestDeleteServiceKeepsForeignVS(t *testing.T) {
 		t.Fatalf("foreign VS %s was modified: %+v\n%s", foreign, vs, framework.DumpKernel())
 	}
 }
+
+// A RequireDualStack Service gets a virtual server per family, both
+// ClusterIPs on kube-ipvs0, entries in KUBE-CLUSTER-IP and
+// KUBE-6-CLUSTER-IP, and answers through both VIPs.
+func TestServiceDualStack(t *testing.T) {
+	proxy(t)
+	pods := startDualStackPods(t, "ds", 2, []int{8080}, nil)
+	spec := framework.ClusterIPService(namespace(t), "dual", httpPort)
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	spec.Spec.IPFamilyPolicy = &policy
+	spec.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	ts := applyService(t, spec, pods)
+	if len(ts.svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("API server gave ClusterIPs %v, want one per family", ts.svc.Spec.ClusterIPs)
+	}
+	waitKernel(t, programTimeout, "both families programmed", ts.kernelMatches)
+	for _, vip := range ts.svc.Spec.ClusterIPs {
+		expectAllAnswer(t, framework.GetTCP, vip, 80, 10, pods)
+	}
+}

@@ -19,7 +19,7 @@ func TestRestartNoBlip(t *testing.T) {
 	pods := startPods(t, "restart", 2, []int{8080}, nil)
 	ts := createService(t, namespace(t), "steady", pods, httpPort)
 	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
-	vs := ts.vsKey(ts.svc.Spec.Ports[0])
+	vs := vsKey(ts.VIP, ts.svc.Spec.Ports[0])
 
 	for _, c := range []struct {
 		name    string

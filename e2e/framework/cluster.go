@@ -79,9 +79,15 @@ type EndpointState struct {
 // Ready is the state of a normal running pod.
 var Ready = EndpointState{Ready: true, Serving: true}
 
-// EndpointSliceFor is the slice an endpointslice controller would write
-// for svc with these pods, all in the same state, on the sandbox's node.
+// EndpointSliceFor is the IPv4 slice an endpointslice controller would
+// write for svc with these pods, all in the same state, on the sandbox's node.
 func EndpointSliceFor(svc *corev1.Service, sliceName, node string, state EndpointState, pods ...*Pod) *discoveryv1.EndpointSlice {
+	return EndpointSliceForFamily(svc, sliceName, node, discoveryv1.AddressTypeIPv4, state, pods...)
+}
+
+// EndpointSliceForFamily is EndpointSliceFor for either address family
+// (a dual-stack service has one slice per family).
+func EndpointSliceForFamily(svc *corev1.Service, sliceName, node string, family discoveryv1.AddressType, state EndpointState, pods ...*Pod) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: svc.Namespace, Name: sliceName,
@@ -90,7 +96,7 @@ func EndpointSliceFor(svc *corev1.Service, sliceName, node string, state Endpoin
 				discoveryv1.LabelManagedBy:   "e2e.ipvsproxy.io",
 			},
 		},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: family,
 		Endpoints:   []discoveryv1.Endpoint{},
 	}
 	for _, p := range svc.Spec.Ports {
@@ -98,8 +104,12 @@ func EndpointSliceFor(svc *corev1.Service, sliceName, node string, state Endpoin
 		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: &port})
 	}
 	for _, pod := range pods {
+		ip := pod.IP
+		if family == discoveryv1.AddressTypeIPv6 {
+			ip = pod.IP6
+		}
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{pod.IP},
+			Addresses: []string{ip},
 			Conditions: discoveryv1.EndpointConditions{
 				Ready: ptr(state.Ready), Serving: ptr(state.Serving), Terminating: ptr(state.Terminating),
 			},

@@ -23,10 +23,12 @@ import (
 // sandbox has no default route for proxy ARP to use, as Calico does), and
 // the root namespace routes each pod IP to its veth. With no connected
 // subnet there is no network or broadcast address, so the kernel accepts
-// any pod IP as an IPVS real server.
+// any pod IP as an IPVS real server. IPv6 is the same picture: /128s and
+// fe80::1 as the gateway on every root-side veth.
 type Pod struct {
 	Name     string
-	IP       string
+	IP       string // IPv4
+	IP6      string // IPv6, empty for a single-stack pod
 	TCPPorts []int
 	UDPPorts []int
 
@@ -35,7 +37,10 @@ type Pod struct {
 	done          chan struct{}
 }
 
-const podGateway = "169.254.1.1"
+const (
+	podGateway  = "169.254.1.1"
+	podGateway6 = "fe80::1"
+)
 
 var (
 	podMu   sync.Mutex
@@ -57,13 +62,26 @@ func NextPodIP() string {
 	return fmt.Sprintf("10.244.%d.%d", n/256, n%256)
 }
 
+// PodIP6 is the IPv6 twin of a pod IPv4 address from NextPodIP:
+// 10.244.X.Y -> fd00:10:244::X:Y, so a dual-stack pod's addresses read alike.
+func PodIP6(ip4 string) string {
+	b := net.ParseIP(ip4).To4()
+	// Via ParseIP: the API server accepts only the canonical spelling.
+	return net.ParseIP(fmt.Sprintf("fd00:10:244::%x:%x", b[2], b[3])).String()
+}
+
 // StartPod creates the namespace, the veth pair and the routes, starts the
 // backend (binary from E2E_CTL) inside, and waits until it accepts on its
 // TCP ports. logDir receives the backend's output.
 func StartPod(name, ip string, tcpPorts, udpPorts []int, logDir string) (*Pod, error) {
+	return StartDualStackPod(name, ip, "", tcpPorts, udpPorts, logDir)
+}
+
+// StartDualStackPod is StartPod with an IPv6 address too (ip6 may be empty).
+func StartDualStackPod(name, ip, ip6 string, tcpPorts, udpPorts []int, logDir string) (*Pod, error) {
 	podMu.Lock()
 	podSeq++
-	p := &Pod{Name: name, IP: ip, TCPPorts: tcpPorts, UDPPorts: udpPorts,
+	p := &Pod{Name: name, IP: ip, IP6: ip6, TCPPorts: tcpPorts, UDPPorts: udpPorts,
 		netns: "pod-" + name, hostIf: fmt.Sprintf("vp%d", podSeq)}
 	podMu.Unlock()
 	if err := p.plumb(); err != nil {
@@ -90,6 +108,16 @@ func (p *Pod) plumb() error {
 		{"addr", "add", podGateway + "/32", "dev", p.hostIf},
 		{"link", "set", p.hostIf, "up"},
 		{"route", "add", p.IP + "/32", "dev", p.hostIf},
+	}
+	if p.IP6 != "" {
+		// nodad: the addresses are usable at once, not after duplicate
+		// address detection (a second or more).
+		steps = append(steps,
+			in("-6", "addr", "add", p.IP6+"/128", "dev", "eth0", "nodad"),
+			in("-6", "route", "add", "default", "via", podGateway6, "dev", "eth0"),
+			[]string{"-6", "addr", "add", podGateway6 + "/64", "dev", p.hostIf, "nodad"},
+			[]string{"-6", "route", "add", p.IP6 + "/128", "dev", p.hostIf},
+		)
 	}
 	for _, s := range steps {
 		if _, err := Run("ip", s...); err != nil {
@@ -144,12 +172,17 @@ func (p *Pod) waitListening() error {
 			return fmt.Errorf("backend exited")
 		default:
 		}
-		for _, port := range ports {
-			c, err := net.DialTimeout("tcp", net.JoinHostPort(p.IP, strconv.Itoa(port)), time.Second)
-			if err != nil {
-				return err
+		for _, ip := range []string{p.IP, p.IP6} {
+			for _, port := range ports {
+				if ip == "" {
+					continue
+				}
+				c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
+				if err != nil {
+					return err
+				}
+				c.Close()
 			}
-			c.Close()
 		}
 		return nil
 	})

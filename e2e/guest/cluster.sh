@@ -19,7 +19,13 @@ stamp() { local d=$(( (${EPOCHREALTIME/./} - t0) / 100000 )); printf '[guest %4d
 # ipvsproxy needs a node IP (the Node's InternalIP) for later NodePort tests.
 ip link add node0 type dummy
 ip addr add "$node_ip/24" dev node0
+# A global IPv6 address too: without one the guest talks to IPv6 pods from
+# the link-local fe80::1, and a pod's UDP reply then leaves from its own
+# link-local address, which the client's connected socket ignores.
+ip -6 addr add "${E2E_NODE_IP6:-fd00:10:10::1}/64" dev node0 nodad
 ip link set node0 up
+# IPv6 forwarding too, for dual-stack services (ip_forward is set by uml-init).
+sysctl -qw net.ipv6.conf.all.forwarding=1
 # kube-proxy tools call plain `iptables`; only the legacy backend works in
 # this kernel (no nft_chain_nat), so shadow the names on PATH.
 mkdir -p /run/e2e-bin
@@ -42,7 +48,7 @@ echo "$token,admin,admin,system:masters" > "$work/tokens.csv"
   --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=6443 \
   --endpoint-reconciler-type=none \
-  --service-cluster-ip-range="${E2E_SERVICE_CIDR:-10.96.0.0/16}" \
+  --service-cluster-ip-range="${E2E_SERVICE_CIDR:-10.96.0.0/16,fd00:10:96::/108}" \
   --authorization-mode=AlwaysAllow \
   --token-auth-file="$work/tokens.csv" \
   --service-account-issuer=https://kubernetes.default.svc \
