@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -86,21 +85,43 @@ func stats(t *testing.T) map[string]framework.Stats {
 	return s
 }
 
-// Drift: a VS deleted and a VIP unbound by hand come back within one sync
-// period, and traffic flows again.
+// Drift: kernel objects broken by hand (an operator, other software) are
+// repaired by the next full pass, within one sync period, and traffic flows.
 func TestDriftRepaired(t *testing.T) {
 	proxy(t)
 	pods := startPods(t, "drift", 2, []int{8080}, nil)
 	ts := createService(t, namespace(t), "drift", pods, httpPort)
 	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	vs := net.JoinHostPort(ts.VIP, "80")
+	rs := net.JoinHostPort(pods[0].IP, "8080")
 
-	if _, err := framework.Run("ipvsadm", "-D", "-t", net.JoinHostPort(ts.VIP, strconv.Itoa(80))); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		breakIt [][]string
+	}{
+		{"VS and VIP deleted", [][]string{{"ipvsadm", "-D", "-t", vs}, {"delete-vip"}}},
+		{"real server deleted", [][]string{{"ipvsadm", "-d", "-t", vs, "-r", rs}}},
+		{"real server weight changed", [][]string{{"ipvsadm", "-e", "-t", vs, "-r", rs, "-m", "-w", "5"}}},
+		{"set entry deleted", [][]string{{"ipset", "del", "KUBE-CLUSTER-IP", ts.VIP + ",tcp:80"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, cmd := range c.breakIt {
+				var err error
+				if cmd[0] == "delete-vip" {
+					err = framework.DelAddr("kube-ipvs0", ts.VIP)
+				} else {
+					_, err = framework.Run(cmd[0], cmd[1:]...)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if ts.kernelMatches() == nil {
+				t.Fatal("breaking the kernel state by hand had no visible effect")
+			}
+			// One sync period plus slack for a single-CPU guest.
+			waitKernel(t, framework.SyncPeriod+3*time.Second, "repaired", ts.kernelMatches)
+			expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
+		})
 	}
-	if err := framework.DelAddr("kube-ipvs0", ts.VIP); err != nil {
-		t.Fatal(err)
-	}
-	// One sync period plus slack for a single-CPU guest.
-	waitKernel(t, framework.SyncPeriod+3*time.Second, "VS and VIP restored", ts.kernelMatches)
-	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
 }
