@@ -83,8 +83,11 @@ func proxy(t *testing.T) *framework.Proxy {
 		t.Fatalf("ipvsproxy: %v", proxyErr)
 	}
 	if !theProxy.Running() {
+		// Only tests stop it, and they start it again: this is a crash,
+		// found late. Fail here, restart so later tests still run.
+		t.Errorf("ipvsproxy had exited (%v) since the previous test; restarting it (log %s)", theProxy.ExitErr(), theProxy.LogPath)
 		if err := theProxy.Start(); err != nil {
-			t.Fatalf("ipvsproxy was not running and did not restart: %v", err)
+			t.Fatalf("ipvsproxy did not restart: %v", err)
 		}
 	}
 	return theProxy

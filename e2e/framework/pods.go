@@ -169,7 +169,7 @@ func (p *Pod) waitListening() error {
 	return Eventually(15*time.Second, 100*time.Millisecond, func() error {
 		select {
 		case <-p.done:
-			return fmt.Errorf("backend exited")
+			return Permanent(fmt.Errorf("backend exited"))
 		default:
 		}
 		for _, ip := range []string{p.IP, p.IP6} {

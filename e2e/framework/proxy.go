@@ -73,7 +73,7 @@ func (p *Proxy) Start() error {
 	return Eventually(30*time.Second, 100*time.Millisecond, func() error {
 		select {
 		case <-p.done:
-			return fmt.Errorf("ipvsproxy exited: %v (log %s)", p.err, p.LogPath)
+			return Permanent(fmt.Errorf("ipvsproxy exited: %v (log %s)", p.err, p.LogPath))
 		default:
 		}
 		resp, err := http.Get(p.Healthz)
@@ -96,6 +96,17 @@ func (p *Proxy) Running() bool {
 	default:
 		return true
 	}
+}
+
+// ExitErr is how the last process ended (nil while running).
+func (p *Proxy) ExitErr() error {
+	if p.Running() || p.cmd == nil {
+		return nil
+	}
+	if p.err == nil {
+		return fmt.Errorf("exit status 0")
+	}
+	return p.err
 }
 
 // Stop sends SIGTERM and waits up to 30 s, then SIGKILL.

@@ -8,9 +8,18 @@
 package framework
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
+
+type permanentError struct{ error }
+
+func (p permanentError) Unwrap() error { return p.error }
+
+// Permanent marks an error that waiting cannot cure (a process that
+// exited): Eventually returns it at once instead of polling to the timeout.
+func Permanent(err error) error { return permanentError{err} }
 
 // Eventually calls f every interval until it returns nil or timeout passes;
 // on timeout the error names how long it waited and f's last complaint, so a
@@ -22,6 +31,10 @@ func Eventually(timeout, interval time.Duration, f func() error) error {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		var perm permanentError
+		if errors.As(err, &perm) {
+			return perm.error
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still failing after %v: %w", time.Since(start).Round(time.Millisecond), err)
