@@ -98,7 +98,8 @@ func toEndpoint(ep *discovery.Endpoint, port uint16, v6 bool, node string) (endp
 // when none is ready, the serving ones that are terminating, so a service
 // whose pods are all shutting down still answers while they drain.
 func usable(eps []endpoint, keep func(endpoint) bool) []endpoint {
-	var ready, terminating []endpoint
+	ready := make([]endpoint, 0, len(eps))
+	var terminating []endpoint
 	for _, e := range eps {
 		if !keep(e) {
 			continue
@@ -137,10 +138,13 @@ func categorize(svc *v1.Service, eps []endpoint, cfg *Config) (cluster, external
 			cluster = usable(eps, all)
 		}
 	}
-	if externallyReachable(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+	switch {
+	case !externallyReachable(svc):
+		// No external traffic: nothing to compute.
+	case svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal:
 		external = usable(eps, local)
 		noLocalExternal = len(external) == 0 && len(usable(eps, all)) > 0
-	} else {
+	default:
 		external = usable(eps, topo)
 		if len(external) == 0 {
 			external = usable(eps, all)

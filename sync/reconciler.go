@@ -98,6 +98,9 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 	if want == nil {
 		want = &ServiceState{}
 	}
+	if have.equal(want) {
+		return nil // the common case of a full pass with no drift: no allocation
+	}
 	var errs []error
 	got := &ServiceState{
 		Addresses:      make([]netip.Addr, 0, len(want.Addresses)),

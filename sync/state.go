@@ -46,6 +46,16 @@ func (s *ServiceState) Empty() bool {
 	return len(s.VirtualServers) == 0 && len(s.Addresses) == 0 && len(s.Entries) == 0
 }
 
+// equal reports whether two states program the kernel identically.
+func (s *ServiceState) equal(o *ServiceState) bool {
+	return slices.Equal(s.Addresses, o.Addresses) && slices.Equal(s.Entries, o.Entries) &&
+		slices.EqualFunc(s.VirtualServers, o.VirtualServers, func(a, b VirtualServerState) bool {
+			return a.VS.Equal(b.VS) && slices.EqualFunc(a.Reals, b.Reals, func(x, y ipvs.RealServer) bool {
+				return x.RealKey == y.RealKey && x.Weight == y.Weight
+			})
+		})
+}
+
 // normalize sorts every slice and drops duplicates, keeping the first of
 // equal keys.
 func (s *ServiceState) normalize() {
