@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if theProxy != nil {
+		if !theProxy.Running() {
+			fmt.Fprintf(os.Stderr, "e2e: ipvsproxy had exited (%v) by the end of the suite; log %s\n", theProxy.ExitErr(), theProxy.LogPath)
+			code = 1
+		}
 		if err := theProxy.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e teardown:", err)
 		}
