@@ -22,15 +22,26 @@ func FormatSave(services []VirtualServer, reals map[ServiceKey][]RealServer) str
 	slices.SortFunc(svcs, func(a, b VirtualServer) int { return CompareServiceKeys(a.ServiceKey, b.ServiceKey) })
 	var b strings.Builder
 	for _, vs := range svcs {
-		svc := serviceArg(vs.ServiceKey)
-		fmt.Fprintf(&b, "-A %s -s %s%s\n", svc, vs.Scheduler, serviceOptions(vs))
+		b.WriteString(ServiceLine(vs) + "\n")
 		rss := slices.Clone(reals[vs.ServiceKey])
 		slices.SortFunc(rss, func(a, b RealServer) int { return CompareRealKeys(a.RealKey, b.RealKey) })
 		for _, rs := range rss {
-			fmt.Fprintf(&b, "-a %s -r %s -m -w %d\n", svc, rs.RealKey, rs.Weight)
+			b.WriteString(RealLine(vs.ServiceKey, rs) + "\n")
 		}
 	}
 	return b.String()
+}
+
+// ServiceLine is the `ipvsadm -Sn` line of one virtual server, without a
+// newline: "-A -t 10.96.0.10:53 -s rr -p 10800".
+func ServiceLine(vs VirtualServer) string {
+	return fmt.Sprintf("-A %s -s %s%s", serviceArg(vs.ServiceKey), vs.Scheduler, serviceOptions(vs))
+}
+
+// RealLine is the `ipvsadm -Sn` line of one real server of vs, without a
+// newline: "-a -t 10.96.0.10:53 -r 10.244.1.5:53 -m -w 1".
+func RealLine(vs ServiceKey, rs RealServer) string {
+	return fmt.Sprintf("-a %s -r %s -m -w %d", serviceArg(vs), rs.RealKey, rs.Weight)
 }
 
 // CompareServiceKeys orders keys as ipvsadm lists them: IPv4 before IPv6,

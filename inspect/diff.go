@@ -1,0 +1,215 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// Ops of a Line.
+const (
+	OpMissing  = "+" // wanted, not in the kernel
+	OpExtra    = "-" // owned and in the kernel, not wanted
+	OpChanged  = "~" // in the kernel with other attributes
+	OpDraining = "#" // a removed backend at weight 0 finishing its connections: expected, not a difference
+)
+
+// Line is one difference, in the words of the operator's tools: an
+// `ipvsadm -Sn` line, an `ipset save` add line, an address.
+type Line struct {
+	Op     string `json:"op"`
+	Object string `json:"object"` // link, virtual_server, real_server, address, set, set_entry
+	Text   string `json:"line"`
+	Kernel string `json:"kernel,omitempty"` // with OpChanged: the kernel's line
+}
+
+// String is the line as `ipvsproxy diff` prints it.
+func (l Line) String() string {
+	switch l.Op {
+	case OpChanged:
+		return fmt.Sprintf("~ %s  (kernel: %s)", l.Text, l.Kernel)
+	case OpDraining:
+		return "# " + l.Text + "  (draining)"
+	}
+	return l.Op + " " + l.Text
+}
+
+// Diff is every difference between desired and actual state, in a stable
+// order: the link, virtual servers (each followed by its real servers),
+// addresses, sets, set entries.
+type Diff struct {
+	Lines []Line
+}
+
+// Equal reports whether the kernel holds what is desired. Draining real
+// servers do not count: the engine keeps them on purpose.
+func (d Diff) Equal() bool {
+	for _, l := range d.Lines {
+		if l.Op != OpDraining {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteText prints one line per difference.
+func (d Diff) WriteText(w io.Writer) error {
+	for _, l := range d.Lines {
+		if _, err := fmt.Fprintln(w, l.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteJSON prints {"equal": bool, "differences": [Line...]}.
+func (d Diff) WriteJSON(w io.Writer) error {
+	lines := d.Lines
+	if lines == nil {
+		lines = []Line{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Equal       bool   `json:"equal"`
+		Differences []Line `json:"differences"`
+	}{d.Equal(), lines})
+}
+
+// Compare lists what differs between want and have. Only owned kernel
+// objects are compared: foreign virtual servers and sets never appear.
+func Compare(want *Desired, have *Actual, linkName string) Diff {
+	var d Diff
+	add := func(op, object, text, kernel string) {
+		d.Lines = append(d.Lines, Line{Op: op, Object: object, Text: text, Kernel: kernel})
+	}
+	if !have.Link {
+		add(OpMissing, "link", fmt.Sprintf("link %s type dummy", linkName), "")
+	}
+	compareVS(want, have, add)
+	mergeWalk(have.Addresses, want.Addresses, netip.Addr.Compare,
+		func(a netip.Addr) {
+			if !excluded(have.Exclude, a) {
+				add(OpExtra, "address", addrLine(a, linkName), "")
+			}
+		},
+		func(a netip.Addr) { add(OpMissing, "address", addrLine(a, linkName), "") },
+		func(_, _ netip.Addr) {})
+	types := map[string]ipset.Type{}
+	for _, s := range have.Sets {
+		types[s.Name] = s.Type
+	}
+	for _, s := range have.Missing {
+		types[s.Name] = s.Type
+		add(OpMissing, "set", createLine(s), "")
+	}
+	entryLine := func(e sync.SetEntry) string {
+		return fmt.Sprintf("add %s %s", e.Set, e.Entry.Format(types[e.Set]))
+	}
+	mergeWalk(have.Entries, want.Entries, CompareSetEntries,
+		func(e sync.SetEntry) { add(OpExtra, "set_entry", entryLine(e), "") },
+		func(e sync.SetEntry) { add(OpMissing, "set_entry", entryLine(e), "") },
+		func(_, _ sync.SetEntry) {})
+	return d
+}
+
+type addFunc func(op, object, text, kernel string)
+
+// compareVS walks wanted and owned kernel virtual servers in ipvsadm order.
+func compareVS(want *Desired, have *Actual, add addFunc) {
+	var owned []KernelVS
+	for _, kv := range have.VirtualServers {
+		if kv.Owned || want.Wants(kv.VS.ServiceKey) {
+			owned = append(owned, kv)
+		}
+	}
+	mergeWalk(owned, want.VirtualServers,
+		func(k KernelVS, w sync.VirtualServerState) int {
+			return ipvs.CompareServiceKeys(k.VS.ServiceKey, w.VS.ServiceKey)
+		},
+		func(k KernelVS) {
+			add(OpExtra, "virtual_server", ipvs.ServiceLine(k.VS), "")
+			for _, rs := range k.Reals {
+				add(OpExtra, "real_server", ipvs.RealLine(k.VS.ServiceKey, rs), "")
+			}
+		},
+		func(w sync.VirtualServerState) {
+			add(OpMissing, "virtual_server", ipvs.ServiceLine(w.VS), "")
+			for _, rs := range w.Reals {
+				add(OpMissing, "real_server", ipvs.RealLine(w.VS.ServiceKey, rs), "")
+			}
+		},
+		func(k KernelVS, w sync.VirtualServerState) {
+			if !k.VS.Equal(w.VS) {
+				add(OpChanged, "virtual_server", ipvs.ServiceLine(w.VS), ipvs.ServiceLine(k.VS))
+			}
+			compareReals(w.VS.ServiceKey, k.Reals, w.Reals, add)
+		})
+}
+
+func compareReals(vs ipvs.ServiceKey, have, want []ipvs.RealServer, add addFunc) {
+	mergeWalk(have, want, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
+		func(rs ipvs.RealServer) {
+			op := OpExtra
+			if rs.Weight == 0 {
+				op = OpDraining
+			}
+			add(op, "real_server", ipvs.RealLine(vs, rs), "")
+		},
+		func(rs ipvs.RealServer) { add(OpMissing, "real_server", ipvs.RealLine(vs, rs), "") },
+		func(h, w ipvs.RealServer) {
+			if h.Weight != w.Weight {
+				add(OpChanged, "real_server", ipvs.RealLine(vs, w), ipvs.RealLine(vs, h))
+			}
+		})
+}
+
+func addrLine(a netip.Addr, link string) string {
+	return fmt.Sprintf("addr %s dev %s", a, link)
+}
+
+// createLine is the set's `ipset save` create line (without comment).
+func createLine(s ipset.Set) string {
+	if s.Type == ipset.BitmapPort {
+		from, to := s.PortFrom, s.PortTo
+		if from == 0 && to == 0 {
+			to = 65535
+		}
+		return fmt.Sprintf("create %s %s range %d-%d", s.Name, s.Type, from, to)
+	}
+	return fmt.Sprintf("create %s %s family %s hashsize %d maxelem %d", s.Name, s.Type, s.Family, s.HashSize, s.MaxElem)
+}
+
+// mergeWalk walks two slices sorted by compare in step, like the engine's
+// reconciler, calling onlyOld, onlyNew or both for each key.
+func mergeWalk[A, B any](old []A, new []B, compare func(a A, b B) int, onlyOld func(A), onlyNew func(B), both func(A, B)) {
+	i, j := 0, 0
+	for i < len(old) || j < len(new) {
+		c := 0
+		switch {
+		case j == len(new):
+			c = -1
+		case i == len(old):
+			c = 1
+		default:
+			c = compare(old[i], new[j])
+		}
+		switch {
+		case c < 0:
+			onlyOld(old[i])
+			i++
+		case c > 0:
+			onlyNew(new[j])
+			j++
+		default:
+			both(old[i], new[j])
+			i++
+			j++
+		}
+	}
+}

@@ -1,0 +1,159 @@
+// Package inspect reads what ipvsproxy owns in the kernel and compares it
+// with what the cluster wants, for the `diff` and `status` commands and for
+// `cleanup`. It only reads: it never writes the kernel and asks nothing of
+// the running proxy's reconciler, so it can run next to it.
+package inspect
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// Actual is one read of the kernel objects ipvsproxy may own.
+type Actual struct {
+	Link      bool            // the dummy link exists
+	Addresses []netip.Addr    // bound on the dummy link, sorted
+	Sets      []ipset.Set     // the owned sets that exist, in creation order
+	Missing   []ipset.Set     // the owned sets that do not exist
+	Entries   []sync.SetEntry // entries of the owned sets, sorted by set then entry
+	// VirtualServers is every virtual server in the kernel, sorted as
+	// ipvsadm lists them; only owned ones carry their real servers.
+	VirtualServers []KernelVS
+	// Exclude is --ipvs-exclude-cidrs: addresses in it are never pruned,
+	// so they are never a difference.
+	Exclude []netip.Prefix
+}
+
+// KernelVS is one virtual server found in the kernel.
+type KernelVS struct {
+	VS    ipvs.VirtualServer // with the kernel's Stats
+	Reals []ipvs.RealServer  // sorted; listed only when Owned
+	Owned bool
+}
+
+// Read reads the dummy link's addresses, the entries of sets, and every
+// virtual server (with the real servers of those ipvsproxy owns, see
+// Owns). wanted, when not nil, also marks as owned the virtual servers a
+// service wants, as the full pass does. A missing link or set is reported
+// in Actual, not as an error: that is what diff and cleanup must see.
+func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, wanted func(ipvs.ServiceKey) bool) (*Actual, error) {
+	a := &Actual{Link: true, Exclude: exclude}
+	addrs, err := k.Dummy.ListAddresses()
+	switch {
+	case errors.Is(err, dummyif.ErrNoLink):
+		a.Link = false
+	case err != nil:
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	a.Addresses = slices.Compact(addrs)
+	for _, s := range sets {
+		entries, err := k.IPSet.ListEntries(s.Name)
+		if errors.Is(err, ipset.ErrSetNotFound) {
+			a.Missing = append(a.Missing, s)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list set %s: %w", s.Name, err)
+		}
+		a.Sets = append(a.Sets, s)
+		for _, e := range entries {
+			a.Entries = append(a.Entries, sync.SetEntry{Set: s.Name, Entry: e})
+		}
+	}
+	slices.SortFunc(a.Entries, CompareSetEntries)
+	a.Entries = slices.Compact(a.Entries)
+
+	own := newOwnership(a)
+	vss, err := k.IPVS.ListVirtualServers()
+	if err != nil {
+		return nil, fmt.Errorf("list virtual servers: %w", err)
+	}
+	slices.SortFunc(vss, func(x, y ipvs.VirtualServer) int { return ipvs.CompareServiceKeys(x.ServiceKey, y.ServiceKey) })
+	for _, v := range vss {
+		kv := KernelVS{VS: v, Owned: wanted != nil && wanted(v.ServiceKey) || !excluded(exclude, v.Address) && own.owns(v.ServiceKey)}
+		if kv.Owned {
+			reals, err := k.IPVS.ListRealServers(v.ServiceKey)
+			if err != nil && !ipvs.IsNotExist(err) { // deleted meanwhile: no reals
+				return nil, fmt.Errorf("list real servers of %s: %w", v.ServiceKey, err)
+			}
+			slices.SortFunc(reals, func(x, y ipvs.RealServer) int { return ipvs.CompareRealKeys(x.RealKey, y.RealKey) })
+			kv.Reals = reals
+		}
+		a.VirtualServers = append(a.VirtualServers, kv)
+	}
+	return a, nil
+}
+
+// ownership answers "is this virtual server ipvsproxy's?" from one read of
+// the link's addresses and the owned sets' entries. It is the rule of the
+// engine's full pass (sync/fullsync.go, kernelSnapshot.owns), restated
+// here because sync keeps it unexported; TestOwnsMatchesEngine holds the
+// two together.
+type ownership struct {
+	addrs   map[netip.Addr]bool
+	entries map[sync.SetEntry]bool
+}
+
+func newOwnership(a *Actual) ownership {
+	o := ownership{addrs: map[netip.Addr]bool{}, entries: map[sync.SetEntry]bool{}}
+	for _, x := range a.Addresses {
+		o.addrs[x] = true
+	}
+	for _, e := range a.Entries {
+		o.entries[e] = true
+	}
+	return o
+}
+
+// owns: the address is bound on kube-ipvs0, or ipvsproxy's sets describe
+// the virtual server (an external or LB IP local on another interface, a
+// node port). A virtual server someone else made on the node's addresses
+// is not ours.
+func (o ownership) owns(k ipvs.ServiceKey) bool {
+	if o.addrs[k.Address] {
+		return true
+	}
+	v6 := k.Address.Is6()
+	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
+	for _, set := range []string{sync.SetClusterIP, sync.SetExternalIP, sync.SetLoadBalancer, sync.SetNodePortSCTP} {
+		if o.entries[sync.SetEntry{Set: sync.SetName(set, v6), Entry: ipPort}] {
+			return true
+		}
+	}
+	var bitmap string
+	switch k.Protocol {
+	case ipvs.TCP:
+		bitmap = sync.SetNodePortTCP
+	case ipvs.UDP:
+		bitmap = sync.SetNodePortUDP
+	default:
+		return false
+	}
+	return o.entries[sync.SetEntry{Set: sync.SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
+}
+
+func excluded(exclude []netip.Prefix, a netip.Addr) bool {
+	for _, p := range exclude {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// CompareSetEntries orders set entries by set name, then entry fields.
+func CompareSetEntries(a, b sync.SetEntry) int {
+	x, y := a.Entry, b.Entry
+	return cmp.Or(cmp.Compare(a.Set, b.Set), x.IP.Compare(y.IP), cmp.Compare(x.Protocol, y.Protocol),
+		cmp.Compare(x.Port, y.Port), x.IP2.Compare(y.IP2), x.Net.Addr().Compare(y.Net.Addr()),
+		cmp.Compare(x.Net.Bits(), y.Net.Bits()))
+}
