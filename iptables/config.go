@@ -27,6 +27,12 @@ const (
 	ChainSourceRangesFirewall = "KUBE-SOURCE-RANGES-FIREWALL" // filter, loadBalancerSourceRanges
 	ChainIPVSFilter           = "KUBE-IPVS-FILTER"            // filter, from INPUT: host-port protection
 	ChainIPVSOutFilter        = "KUBE-IPVS-OUT-FILTER"        // filter, from OUTPUT
+
+	// ChainCanary is an empty chain in every table ipvsproxy writes to,
+	// named like kube-proxy's (iptables/nftables modes) firewall-reload
+	// canary: a firewalld reload or "iptables -X" removes it, telling the
+	// Monitor that the rules were wiped (see canary.go).
+	ChainCanary = "KUBE-PROXY-CANARY"
 )
 
 // Base ipset names (IPv4 spelling); SetName derives the IPv6 twin. They

@@ -37,12 +37,16 @@ type FakeRunner struct {
 	sets        map[string]bool // nil: ipset names are not checked
 	saves       int
 	restores    int
+	gen         uint64 // bumped by every committed edit, see Generation
 	inputs      []string
 	saveHook    func(table string) error
 	restoreHook func(data []byte) error
 }
 
-var _ Runner = (*FakeRunner)(nil)
+var (
+	_ Runner           = (*FakeRunner)(nil)
+	_ GenerationReader = (*FakeRunner)(nil)
+)
 
 // targetExtensions are the -j targets the fake treats as loadable
 // extensions rather than chain names.
@@ -206,7 +210,16 @@ func (f *FakeRunner) DeleteChain(table, chain string) error {
 		c.rules = slices.DeleteFunc(c.rules, func(r []string) bool { return ruleTarget(r) == chain })
 	}
 	delete(t.chains, chain)
+	f.gen++
 	return nil
+}
+
+// Generation implements GenerationReader like the nft backend: one
+// counter for all tables, bumped by every committed edit.
+func (f *FakeRunner) Generation(string) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gen, nil
 }
 
 // table returns the live table, creating it with its builtin chains.
@@ -244,6 +257,7 @@ func (f *FakeRunner) apply(data []byte) error {
 			err = fmt.Errorf("no table specified")
 		case line == "COMMIT":
 			f.tables[cur.name] = cur
+			f.gen++
 			cur = nil
 		case strings.HasPrefix(line, ":"):
 			err = declareChain(cur, line)

@@ -28,6 +28,7 @@ func (c Config) filterTable() tableSpec {
 			// The chain and its jump exist so the layout matches and a
 			// kube-proxy node's chain is adopted (and flushed).
 			{ChainIPVSOutFilter, nil},
+			{ChainCanary, nil},
 		},
 		jumps: []jumpSpec{
 			{"FORWARD", jumpRule(commentForward, ChainForward)},

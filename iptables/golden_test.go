@@ -13,6 +13,7 @@ const natV4Default = `*nat
 :KUBE-MARK-MASQ - [0:0]
 :KUBE-NODE-PORT - [0:0]
 :KUBE-POSTROUTING - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
 :KUBE-SERVICES - [0:0]
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
@@ -52,6 +53,7 @@ const filterV4Bit14 = `*filter
 :KUBE-IPVS-FILTER - [0:0]
 :KUBE-IPVS-OUT-FILTER - [0:0]
 :KUBE-NODE-PORT - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
 :KUBE-PROXY-FIREWALL - [0:0]
 :KUBE-SOURCE-RANGES-FIREWALL - [0:0]
 -A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
@@ -85,6 +87,7 @@ const natV6CIDRBit31 = `*nat
 :KUBE-MARK-MASQ - [0:0]
 :KUBE-NODE-PORT - [0:0]
 :KUBE-POSTROUTING - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
 :KUBE-SERVICES - [0:0]
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
@@ -124,6 +127,7 @@ const filterV6Bit31 = `*filter
 :KUBE-IPVS-FILTER - [0:0]
 :KUBE-IPVS-OUT-FILTER - [0:0]
 :KUBE-NODE-PORT - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
 :KUBE-PROXY-FIREWALL - [0:0]
 :KUBE-SOURCE-RANGES-FIREWALL - [0:0]
 -A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
@@ -157,6 +161,7 @@ const natV4RestoreChains = `*nat
 :KUBE-NODE-PORT - [0:0]
 :KUBE-LOAD-BALANCER - [0:0]
 :KUBE-MARK-MASQ - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
 -A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
 -A KUBE-SERVICES -m comment --comment "Kubernetes service lb portal" -m set --match-set KUBE-LOAD-BALANCER dst,dst -j KUBE-LOAD-BALANCER
 -A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ

@@ -49,6 +49,7 @@ func (c Config) natTable() tableSpec {
 			{ChainNodePort, c.nodePortRules()},
 			{ChainLoadBalancer, c.loadBalancerRules()},
 			{ChainMarkMasq, [][]string{{"-j", "MARK", "--set-xmark", c.mark() + "/" + c.mark()}}},
+			{ChainCanary, nil},
 		},
 		jumps: []jumpSpec{
 			{"OUTPUT", jumpRule(commentServicePortals, ChainServices)},

@@ -51,6 +51,7 @@ type Syncer struct {
 	mu     sync.Mutex // one Sync or Cleanup at a time: each is save-then-restore
 	runner Runner
 	want   []tableSpec
+	synced bool // a Sync has succeeded for every table
 }
 
 // NewSyncer validates cfg and returns a Syncer writing through r.
@@ -92,7 +93,17 @@ func (s *Syncer) Sync() (changed bool, err error) {
 		}
 		changed = true
 	}
+	if len(errs) == 0 {
+		s.synced = true
+	}
 	return changed, errors.Join(errs...)
+}
+
+// HasSynced reports whether a Sync has succeeded for every table.
+func (s *Syncer) HasSynced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced
 }
 
 func (s *Syncer) load(table string) (*tableState, error) {
