@@ -1,0 +1,160 @@
+package cleanup
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// foreignRules is other software's state in the tables ipvsproxy writes.
+const foreignRules = `*nat
+:DOCKER - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A DOCKER -i docker0 -j RETURN
+COMMIT
+*filter
+-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
+COMMIT
+`
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type node struct {
+	ipvs   *ipvs.Fake
+	dummy  *dummyif.Fake
+	ipset  *ipset.Fake
+	ipt    *iptables.FakeRunner
+	rules  *iptables.Syncer
+	before string // iptables-save before ipvsproxy ran
+}
+
+func (n *node) kernel() sync.Kernel { return sync.Kernel{IPVS: n.ipvs, Dummy: n.dummy, IPSet: n.ipset} }
+
+// programmedNode is a node where other software made a VS, a set and
+// rules, and then ipvsproxy ran as it does: link, sets, rules, services.
+func programmedNode(t *testing.T) *node {
+	n := &node{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake(), ipt: iptables.NewFakeRunner(iptables.IPv4)}
+	foreignVS := ipvs.ServiceKey{Address: netip.MustParseAddr("192.0.2.10"), Protocol: ipvs.TCP, Port: 80}
+	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreignVS, Scheduler: "rr"}))
+	must(t, n.ipvs.AddRealServer(foreignVS, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.0.0.1"), Port: 80}, Weight: 1}))
+	must(t, n.ipset.EnsureSet(ipset.Set{Name: "MY-SET", Type: ipset.HashIP, Family: ipset.Inet}))
+	must(t, n.ipset.AddEntry("MY-SET", ipset.Entry{IP: netip.MustParseAddr("192.0.2.1")}))
+	must(t, n.ipt.Apply(foreignRules))
+	n.before = n.ipt.String()
+
+	var err error
+	n.rules, err = iptables.NewSyncer(n.ipt, iptables.DefaultConfig(iptables.IPv4))
+	must(t, err)
+	must(t, n.dummy.EnsureLink())
+	var names []string
+	for _, s := range sync.OwnedSets(true, false) {
+		must(t, n.ipset.EnsureSet(s))
+		names = append(names, s.Name)
+	}
+	_, err = n.rules.Sync()
+	must(t, err)
+	cfg := sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			ExternalIPs: []string{"198.51.100.1"},
+			Ports:       []v1.ServicePort{{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}}}
+	b := sync.Build(svc, nil, &cfg)
+	res, err := sync.NewReconciler(n.kernel(), names, nil).FullSync(map[string]*sync.ServiceState{"default/web": &b.State})
+	must(t, err)
+	if len(res.Failed) > 0 {
+		t.Fatal(res.Failed)
+	}
+	if got := strings.Count(n.ipvs.String(), "-A "); got != 4 { // ClusterIP, external IP, node port, foreign
+		t.Fatalf("set-up: %d virtual servers:\n%s", got, n.ipvs)
+	}
+	return n
+}
+
+func TestCleanupRemovesOnlyWhatIsOwned(t *testing.T) {
+	n := programmedNode(t)
+	c := Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{n.rules}}
+	res, err := Run(c)
+	must(t, err)
+	if res != (Result{VirtualServers: 3, Sets: 17, Link: true}) {
+		t.Errorf("result = %+v", res)
+	}
+	if got, want := n.ipvs.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
+		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+	if got, want := n.ipset.String(), "create MY-SET hash:ip family inet hashsize 1024 maxelem 65536\nadd MY-SET 192.0.2.1\n"; got != want {
+		t.Errorf("ipset save after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+	if got := n.ipt.String(); got != n.before {
+		t.Errorf("iptables-save after cleanup:\n%s\nwant what was there before ipvsproxy:\n%s", got, n.before)
+	}
+	if got := n.dummy.String(); got != "Device \"kube-ipvs0\" does not exist.\n" {
+		t.Errorf("ip addr: %s", got)
+	}
+
+	// A second run on the clean node removes nothing and does not fail.
+	res, err = Run(c)
+	must(t, err)
+	if res != (Result{}) {
+		t.Errorf("second run: %+v", res)
+	}
+}
+
+// A VS in --ipvs-exclude-cidrs is never ours to remove, even with its
+// address on kube-ipvs0.
+func TestCleanupKeepsExcluded(t *testing.T) {
+	n := programmedNode(t)
+	must(t, n.dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
+	kept := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.100.5"), Protocol: ipvs.TCP, Port: 80}
+	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: kept, Scheduler: "rr"}))
+	_, err := Run(Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, false), Rules: []RuleCleaner{n.rules},
+		Exclude: []netip.Prefix{netip.MustParsePrefix("10.96.100.0/24")}})
+	must(t, err)
+	if got, want := n.ipvs.String(), "-A -t 10.96.100.5:80 -s rr\n-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
+		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// When the kernel cannot be read, nothing is removed: ownership is unknown.
+// When one step fails, the later steps still run and the error says why.
+func TestCleanupFailures(t *testing.T) {
+	n := programmedNode(t)
+	vsBefore, setsBefore := n.ipvs.String(), n.ipset.String()
+	n.dummy.InjectError(func(c dummyif.Call) error {
+		if c.Verb == dummyif.VerbListAddresses {
+			return errors.New("netlink: boom")
+		}
+		return nil
+	})
+	c := Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, false), Rules: []RuleCleaner{n.rules}}
+	if _, err := Run(c); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("err = %v", err)
+	}
+	if n.ipvs.String() != vsBefore || n.ipset.String() != setsBefore || n.ipt.String() == n.before {
+		t.Error("a failed read removed something")
+	}
+
+	n.dummy.InjectError(nil)
+	n.ipt.InjectRestoreError(func([]byte) error { return errors.New("xtables lock") })
+	res, err := Run(c)
+	if err == nil || !strings.Contains(err.Error(), "xtables lock") {
+		t.Fatalf("err = %v", err)
+	}
+	if res.VirtualServers != 3 || !res.Link {
+		t.Errorf("later steps did not run: %+v", res)
+	}
+}
