@@ -244,7 +244,10 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 			binding{"nodePortAddresses", "nodeport-addresses", len(c.NodePortAddresses) > 0, func() { o.NodePortAddresses = append([]string(nil), c.NodePortAddresses...) }},
 			binding{"healthzBindAddress", "healthz-bind-address", c.HealthzBindAddress != "", func() { o.HealthzBindAddress = withDefaultPort(c.HealthzBindAddress, 10256) }},
 			binding{"metricsBindAddress", "metrics-bind-address", c.MetricsBindAddress != "", func() { o.MetricsBindAddress = withDefaultPort(c.MetricsBindAddress, 10249) }},
+			binding{"bindAddress", "bind-address", c.BindAddress != "", func() { o.BindAddress = c.BindAddress }},
+			binding{"oomScoreAdj", "oom-score-adj", c.OOMScoreAdj != nil, func() { o.OOMScoreAdj = *c.OOMScoreAdj }},
 		)
+		b = append(b, conntrackBindings(c.Conntrack, &o.Conntrack)...)
 	}
 	if e := cf.IPVSProxy; e != nil {
 		b = append(b,
@@ -265,6 +268,24 @@ var usedPaths = map[string]bool{
 	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
 	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
 	"nodePortAddresses": true, "detectLocal.bridgeInterface": true, "detectLocal.interfaceNamePrefix": true,
+	"bindAddress": true, "oomScoreAdj": true,
+	"conntrack.maxPerCore": true, "conntrack.min": true, "conntrack.tcpEstablishedTimeout": true,
+	"conntrack.tcpCloseWaitTimeout": true, "conntrack.tcpBeLiberal": true,
+	"conntrack.udpTimeout": true, "conntrack.udpStreamTimeout": true,
+}
+
+// conntrackBindings maps conntrack.*. The pointer fields tell "unset"
+// (flag default) from an explicit 0 ("leave the kernel's value").
+func conntrackBindings(c kpv1alpha1.KubeProxyConntrackConfiguration, o *conntrackTuning) []binding {
+	return []binding{
+		{"conntrack.maxPerCore", "conntrack-max-per-core", c.MaxPerCore != nil, func() { o.MaxPerCore = *c.MaxPerCore }},
+		{"conntrack.min", "conntrack-min", c.Min != nil, func() { o.Min = *c.Min }},
+		{"conntrack.tcpEstablishedTimeout", "conntrack-tcp-timeout-established", c.TCPEstablishedTimeout != nil, func() { o.TCPEstablished = c.TCPEstablishedTimeout.Duration }},
+		{"conntrack.tcpCloseWaitTimeout", "conntrack-tcp-timeout-close-wait", c.TCPCloseWaitTimeout != nil, func() { o.TCPCloseWait = c.TCPCloseWaitTimeout.Duration }},
+		{"conntrack.tcpBeLiberal", "conntrack-tcp-be-liberal", c.TCPBeLiberal, func() { o.TCPBeLiberal = true }},
+		{"conntrack.udpTimeout", "conntrack-udp-timeout", c.UDPTimeout.Duration != 0, func() { o.UDP = c.UDPTimeout.Duration }},
+		{"conntrack.udpStreamTimeout", "conntrack-udp-timeout-stream", c.UDPStreamTimeout.Duration != 0, func() { o.UDPStream = c.UDPStreamTimeout.Duration }},
+	}
 }
 
 // Ignored returns the fields the file sets that ipvsproxy does not use:
@@ -272,8 +293,8 @@ var usedPaths = map[string]bool{
 func (cf *ConfigFile) Ignored() []string {
 	var out []string
 	for _, p := range cf.setPaths {
-		if usedPaths[p] || p == "bindAddress" && cf.KubeProxy.BindAddress == "0.0.0.0" {
-			continue // 0.0.0.0 is kube-proxy's default, which kubeadm writes out
+		if usedPaths[p] {
+			continue
 		}
 		out = append(out, p)
 	}
@@ -346,7 +367,8 @@ func (o *Options) loadConfig(fs *pflag.FlagSet) (*ConfigFile, error) {
 // kube-proxy) and is not written; nor can an empty (disabled) bind
 // address be, as the file's empty value means "the default".
 func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
-	bit := o.MasqueradeBit
+	bit, oom := o.MasqueradeBit, o.OOMScoreAdj
+	ct := o.Conntrack
 	c := kpv1alpha1.KubeProxyConfiguration{
 		TypeMeta:           metav1.TypeMeta{APIVersion: kubeProxyGVK.GroupVersion().String(), Kind: kubeProxyGVK.Kind},
 		HostnameOverride:   o.HostnameOverride,
@@ -354,10 +376,19 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		Mode:               "ipvs",
 		HealthzBindAddress: o.HealthzBindAddress,
 		MetricsBindAddress: o.MetricsBindAddress,
-		NodePortAddresses:  o.NodePortAddresses,
-		DetectLocalMode:    kpv1alpha1.LocalMode(o.DetectLocalMode),
-		DetectLocal:        kpv1alpha1.DetectLocalConfiguration{BridgeInterface: o.PodBridge, InterfaceNamePrefix: o.PodIfacePrefix},
-		IPTables:           kpv1alpha1.KubeProxyIPTablesConfiguration{MasqueradeAll: o.MasqueradeAll, MasqueradeBit: &bit},
+		BindAddress:        o.BindAddress,
+		OOMScoreAdj:        &oom,
+		Conntrack: kpv1alpha1.KubeProxyConntrackConfiguration{
+			MaxPerCore: &ct.MaxPerCore, Min: &ct.Min, TCPBeLiberal: ct.TCPBeLiberal,
+			TCPEstablishedTimeout: &metav1.Duration{Duration: ct.TCPEstablished},
+			TCPCloseWaitTimeout:   &metav1.Duration{Duration: ct.TCPCloseWait},
+			UDPTimeout:            metav1.Duration{Duration: ct.UDP},
+			UDPStreamTimeout:      metav1.Duration{Duration: ct.UDPStream},
+		},
+		NodePortAddresses: o.NodePortAddresses,
+		DetectLocalMode:   kpv1alpha1.LocalMode(o.DetectLocalMode),
+		DetectLocal:       kpv1alpha1.DetectLocalConfiguration{BridgeInterface: o.PodBridge, InterfaceNamePrefix: o.PodIfacePrefix},
+		IPTables:          kpv1alpha1.KubeProxyIPTablesConfiguration{MasqueradeAll: o.MasqueradeAll, MasqueradeBit: &bit},
 		IPVS: kpv1alpha1.KubeProxyIPVSConfiguration{
 			Scheduler: o.Scheduler, ExcludeCIDRs: o.ExcludeCIDRs, StrictARP: o.StrictARP,
 			SyncPeriod: metav1.Duration{Duration: o.SyncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.MinSyncPeriod},

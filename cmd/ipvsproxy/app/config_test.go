@@ -38,6 +38,16 @@ ipvs:
   tcpFinTimeout: 30s
   udpTimeout: 10s
 nodePortAddresses: [primary, 192.168.0.0/16]
+bindAddress: 10.0.0.7
+oomScoreAdj: -500
+conntrack:
+  maxPerCore: 65536
+  min: 262144
+  tcpEstablishedTimeout: 12h
+  tcpCloseWaitTimeout: 30m
+  udpTimeout: 45s
+  udpStreamTimeout: 3m
+  tcpBeLiberal: true
 detectLocalMode: InterfaceNamePrefix
 detectLocal:
   interfaceNamePrefix: veth
@@ -152,12 +162,19 @@ func TestConfigFileValues(t *testing.T) {
 	full.HealthzBindAddress, full.MetricsBindAddress, full.IPTablesBackend = "0.0.0.0:20256", "[::]:20249", "nft"
 	full.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
 	full.DetectLocalMode, full.PodIfacePrefix, full.GracePeriod = "InterfaceNamePrefix", "veth", 0
+	full.BindAddress, full.OOMScoreAdj = "10.0.0.7", -500
+	full.Conntrack = conntrackTuning{MaxPerCore: 65536, Min: 262144, TCPEstablished: 12 * time.Hour, TCPCloseWait: 30 * time.Minute,
+		UDP: 45 * time.Second, UDPStream: 3 * time.Minute, TCPBeLiberal: true}
 
 	overridden := full
 	overridden.Scheduler, overridden.StrictARP, overridden.IPTablesBackend = "wrr", false, "legacy"
+	overridden.Conntrack.MaxPerCore, overridden.OOMScoreAdj = 0, 0
 
 	kubeadm := *NewOptions()
 	kubeadm.Kubeconfig, kubeadm.ClusterCIDR, kubeadm.StrictARP = "/var/lib/kube-proxy/kubeconfig.conf", "10.244.0.0/16", true
+
+	ctZero := *NewOptions()
+	ctZero.Conntrack.MaxPerCore, ctZero.Conntrack.TCPEstablished, ctZero.Conntrack.TCPCloseWait = 0, 0, 0
 
 	bareIP := *NewOptions()
 	bareIP.HealthzBindAddress, bareIP.MetricsBindAddress = "10.0.0.5:10256", "[::1]:10249"
@@ -168,10 +185,12 @@ func TestConfigFileValues(t *testing.T) {
 		want       Options
 	}{
 		{"file only", fullFile, nil, full},
-		{"flags override the file", fullFile, []string{"--ipvs-scheduler=wrr", "--ipvs-strict-arp=false", "--iptables-backend=legacy"}, overridden},
+		{"flags override the file", fullFile, []string{"--ipvs-scheduler=wrr", "--ipvs-strict-arp=false", "--iptables-backend=legacy",
+			"--conntrack-max-per-core=0", "--oom-score-adj=0"}, overridden},
 		{"kubeadm's zero fields mean the defaults", kubeadmFile, nil, kubeadm},
 		{"bare IP bind addresses get kube-proxy's ports", kpHeader + "healthzBindAddress: 10.0.0.5\nmetricsBindAddress: \"::1\"\n", nil, bareIP},
 		{"empty mode is ipvs", kpHeader + "mode: \"\"\n", nil, *NewOptions()},
+		{"explicit conntrack zeros leave the kernel alone", kpHeader + "conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 0s\n", nil, ctZero},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,6 +216,8 @@ func TestConfigFileErrors(t *testing.T) {
 		{"duplicate field", kpHeader + "mode: ipvs\nmode: ipvs\n", `"mode" already set in map`},
 		{"unsupported mode", kpHeader + "mode: iptables\n", `mode "iptables" is not supported: ipvsproxy implements only "ipvs"`},
 		{"bad local detection names the field", kpHeader + "detectLocalMode: Magic\n", `detectLocalMode: --detect-local-mode "Magic"`},
+		{"bad OOM score names the field", kpHeader + "oomScoreAdj: -2000\n", `oomScoreAdj: --oom-score-adj -2000: must be between -1000 and 1000`},
+		{"negative conntrack timeout names the field", kpHeader + "conntrack:\n  udpTimeout: -1s\n", `conntrack.udpTimeout: --conntrack-udp-timeout -1s: must not be negative`},
 		{"wrong kind", "apiVersion: v1\nkind: ConfigMap\n", `document 1: apiVersion "v1" kind "ConfigMap": want kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration`},
 		{"unknown field in ipvsproxy's document", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nbackend: nft\n", `document 1: unknown field "backend"`},
 		{"two KubeProxyConfigurations", kpHeader + "---\n" + kpHeader, "document 2: a second KubeProxyConfiguration"},
@@ -258,7 +279,7 @@ ipvs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"conntrack.maxPerCore", "iptables.localhostNodePorts", "iptables.syncPeriod", "nftables.masqueradeAll", "winkernel.networkName"}
+	want := []string{"iptables.localhostNodePorts", "iptables.syncPeriod", "nftables.masqueradeAll", "winkernel.networkName"}
 	if got := cf.Ignored(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ignored %v, want %v", got, want)
 	}

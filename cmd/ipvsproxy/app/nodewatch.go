@@ -46,11 +46,13 @@ func (f nodeFacts) equal(o nodeFacts) bool {
 }
 
 // nodePortFilter is --nodeport-addresses: CIDRs, and/or "primary" (the
-// node's InternalIPs). Empty means every non-loopback, non-link-local
-// address of the node.
+// node's InternalIPs, or the node IP found at start when the Node has no
+// InternalIP). Empty means every non-loopback, non-link-local address of
+// the node.
 type nodePortFilter struct {
 	cidrs   []netip.Prefix
 	primary bool
+	nodeIP  netip.Addr // found at start (nodeip.go); invalid if none was
 }
 
 func (f nodePortFilter) pick(host []netip.Addr, node *v1.Node) []netip.Addr {
@@ -63,6 +65,9 @@ func (f nodePortFilter) pick(host []netip.Addr, node *v1.Node) []netip.Addr {
 				}
 			}
 		}
+	}
+	if f.primary && len(primaries) == 0 && f.nodeIP.IsValid() {
+		primaries = []netip.Addr{f.nodeIP}
 	}
 	var out []netip.Addr
 	for _, a := range host {
@@ -153,6 +158,9 @@ func (w *nodeWatcher) handler() cache.ResourceEventHandler {
 		},
 	}
 }
+
+// NodeIP is the node's primary IP found at start (invalid if none was).
+func (w *nodeWatcher) NodeIP() netip.Addr { return w.nodePort.nodeIP }
 
 // Eligible reports whether the node should receive traffic (for /healthz).
 // Before the Node object is seen the node is assumed eligible.

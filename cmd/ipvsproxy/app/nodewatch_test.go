@@ -44,6 +44,24 @@ func TestNodePortAddressSelection(t *testing.T) {
 			t.Errorf("--nodeport-addresses %v: %s, want %s", c.flag, got, c.want)
 		}
 	}
+	// "primary" on a Node without an InternalIP: the node IP found at
+	// start (here from the default route); none found means none.
+	noInternal := &v1.Node{Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: "node-a"}}}}
+	for _, c := range []struct {
+		node   *v1.Node
+		nodeIP netip.Addr
+		want   string
+	}{
+		{noInternal, netip.MustParseAddr("10.0.0.5"), "[10.0.0.5]"},
+		{nil, netip.MustParseAddr("192.168.7.2"), "[192.168.7.2]"},
+		{node, netip.MustParseAddr("10.0.0.5"), "[192.168.7.2]"}, // the InternalIP wins
+		{noInternal, netip.Addr{}, "[]"},
+	} {
+		primary := nodePortFilter{primary: true, nodeIP: c.nodeIP}
+		if got := fmt.Sprint(primary.pick(host, c.node)); got != c.want {
+			t.Errorf("primary, node IP %v: %s, want %s", c.nodeIP, got, c.want)
+		}
+	}
 	o := NewOptions()
 	o.NodePortAddresses = []string{"eth0"}
 	if err := o.Validate(); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor "primary"` {

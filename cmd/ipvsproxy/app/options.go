@@ -37,6 +37,9 @@ type Options struct {
 	PodBridge          string
 	PodIfacePrefix     string
 	GracePeriod        time.Duration
+	BindAddress        string // the node IP when specific (see nodeip.go)
+	OOMScoreAdj        int32
+	Conntrack          conntrackTuning
 	ConfigFile         string // --config: read before Validate, see config.go
 	WriteConfigTo      string // --write-config-to: write the effective config and exit
 }
@@ -52,6 +55,14 @@ func NewOptions() *Options {
 		GracePeriod:        30 * time.Second,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
+		BindAddress:        "0.0.0.0",
+		OOMScoreAdj:        -999,
+		Conntrack: conntrackTuning{
+			MaxPerCore:     32768,
+			Min:            131072,
+			TCPEstablished: 24 * time.Hour,
+			TCPCloseWait:   time.Hour,
+		},
 	}
 }
 
@@ -79,6 +90,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
+	o.addNodeFlags(fs)
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
 }
@@ -105,6 +117,9 @@ func (o *Options) Validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
 		}
+	}
+	if err := o.validateNode(); err != nil {
+		return err
 	}
 	if _, err := o.clusterCIDRs(); err != nil {
 		return err
@@ -203,4 +218,49 @@ func (o *Options) localDetector() (iptables.LocalDetector, error) {
 		}
 	}
 	return d, nil
+}
+
+// addNodeFlags registers the node start-up settings: conntrack sizing and
+// timeouts, OOM score, bind address (kube-proxy's names and defaults).
+func (o *Options) addNodeFlags(fs *pflag.FlagSet) {
+	c := &o.Conntrack
+	fs.Int32Var(&c.MaxPerCore, "conntrack-max-per-core", c.MaxPerCore, "Conntrack entries per CPU (nf_conntrack_max = max(this × CPUs, --conntrack-min)); 0 leaves nf_conntrack_max as it is. A larger current value is kept.")
+	fs.Int32Var(&c.Min, "conntrack-min", c.Min, "The least nf_conntrack_max to set, whatever the CPU count.")
+	fs.DurationVar(&c.TCPEstablished, "conntrack-tcp-timeout-established", c.TCPEstablished, "Idle timeout of established TCP conntrack entries; 0 leaves the kernel's value.")
+	fs.DurationVar(&c.TCPCloseWait, "conntrack-tcp-timeout-close-wait", c.TCPCloseWait, "Timeout of TCP conntrack entries in CLOSE_WAIT; 0 leaves the kernel's value.")
+	fs.DurationVar(&c.UDP, "conntrack-udp-timeout", c.UDP, "Idle timeout of unreplied UDP conntrack entries; 0 leaves the kernel's value.")
+	fs.DurationVar(&c.UDPStream, "conntrack-udp-timeout-stream", c.UDPStream, "Idle timeout of UDP conntrack entries that saw replies (streams); 0 leaves the kernel's value.")
+	fs.BoolVar(&c.TCPBeLiberal, "conntrack-tcp-be-liberal", c.TCPBeLiberal, "Set nf_conntrack_tcp_be_liberal=1: out-of-window TCP packets are not marked INVALID (and dropped).")
+	fs.Int32Var(&o.OOMScoreAdj, "oom-score-adj", o.OOMScoreAdj, "The oom_score_adj of the ipvsproxy process, in [-1000, 1000]; failing to set it is only a warning.")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The node's primary IP when specific; 0.0.0.0 or :: (the default family) means: from the Node object, else the default route.")
+}
+
+func (o *Options) validateNode() error {
+	c := o.Conntrack
+	for _, n := range []struct {
+		flag string
+		v    int32
+	}{{"--conntrack-max-per-core", c.MaxPerCore}, {"--conntrack-min", c.Min}} {
+		if n.v < 0 {
+			return fmt.Errorf("%s %d: must not be negative", n.flag, n.v)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--conntrack-tcp-timeout-established", c.TCPEstablished}, {"--conntrack-tcp-timeout-close-wait", c.TCPCloseWait},
+		{"--conntrack-udp-timeout", c.UDP}, {"--conntrack-udp-timeout-stream", c.UDPStream}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
+		}
+	}
+	if o.OOMScoreAdj < -1000 || o.OOMScoreAdj > 1000 {
+		return fmt.Errorf("--oom-score-adj %d: must be between -1000 and 1000", o.OOMScoreAdj)
+	}
+	if o.BindAddress != "" {
+		if _, err := netip.ParseAddr(o.BindAddress); err != nil {
+			return fmt.Errorf("--bind-address %q: not an IP address", o.BindAddress)
+		}
+	}
+	return nil
 }

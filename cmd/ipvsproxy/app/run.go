@@ -79,6 +79,10 @@ func Run(ctx context.Context, o *Options) error {
 	if err := applyTimeouts(ipvsHandle, o); err != nil {
 		return err
 	}
+	nodeIP, err := nodeStartup(ctx, o, client, nodeName)
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -96,6 +100,7 @@ func Run(ctx context.Context, o *Options) error {
 	if setup.rules, err = ruleSyncers(o, detector, v6); err != nil {
 		return err
 	}
+	startCanaryMonitor(ctx, reg, setup.rules)
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
 		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
 
@@ -130,6 +135,7 @@ func Run(ctx context.Context, o *Options) error {
 		Metrics:       metrics,
 	}, tracker, rec)
 	npFilter, _ := o.nodePortFilter()
+	npFilter.nodeIP = nodeIP.Addr
 	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
 	node.refresh()
 	go node.run(ctx, 5*time.Second)

@@ -1,0 +1,42 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/sysctl"
+)
+
+// nodeStartup does what kube-proxy does to the node before its sync loop:
+// OOM score (a warning if it fails), conntrack sizing and timeouts (an
+// error if a sysctl cannot be written, as in kube-proxy), and the node IP,
+// found and logged once.
+func nodeStartup(ctx context.Context, o *Options, client kubernetes.Interface, nodeName string) (nodeIP, error) {
+	applyOOMScoreAdj(oomScoreAdjPath, o.OOMScoreAdj)
+	if err := o.Conntrack.apply(sysctl.New(), &sysctl.Proc{Root: hashsizeDir}, numCPU()); err != nil {
+		return nodeIP{}, fmt.Errorf("conntrack settings: %w", err)
+	}
+	return startupNodeIP(ctx, client, nodeName, o.BindAddress), nil
+}
+
+// canaryPollInterval is how often the firewall-reload monitor looks at the
+// kernel; each look is one syscall per table, no process (iptables/canary.go).
+const canaryPollInterval = time.Second
+
+// startCanaryMonitor restores the fixed iptables rules within about a
+// second after a firewall reload or "iptables -F/-X", counting each repair
+// in ipvsproxy_iptables_canary_restores_total.
+func startCanaryMonitor(ctx context.Context, reg prometheus.Registerer, rules []*iptables.Syncer) {
+	restores := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipvsproxy_iptables_canary_restores_total",
+		Help: "Times the fixed iptables rules were restored after another program removed or changed them (firewall reload, iptables -F/-X), between periodic passes.",
+	})
+	reg.MustRegister(restores)
+	m := &iptables.Monitor{Syncers: rules, Interval: canaryPollInterval, OnRestore: func(iptables.Family) { restores.Inc() }}
+	go m.Run(ctx)
+}
