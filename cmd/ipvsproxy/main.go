@@ -10,6 +10,6 @@ import (
 
 func main() {
 	if err := app.NewCommand().Execute(); err != nil {
-		os.Exit(1)
+		os.Exit(app.ExitCode(err)) // diff: 1 = different, 2 = error
 	}
 }

@@ -17,6 +17,7 @@ var version = "dev"
 // NewCommand returns the root command: `ipvsproxy [flags]` runs the proxy.
 func NewCommand() *cobra.Command {
 	o := NewOptions()
+	var cleanupFlag bool
 	cmd := &cobra.Command{
 		Use:   "ipvsproxy",
 		Short: "Kubernetes service proxy on the kernel's IPVS load balancer, incremental at any scale",
@@ -38,16 +39,21 @@ mode and keeps its names, flags and metrics.`,
 			if o.WriteConfigTo != "" {
 				return fail(cmd, o.writeConfig(cmd.Flags()))
 			}
+			if cleanupFlag { // kube-proxy's --cleanup
+				return fail(cmd, runCleanup(o, cmd.OutOrStdout()))
+			}
 			return fail(cmd, Run(cmd.Context(), o))
 		},
 	}
 	o.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&cleanupFlag, "cleanup", false, "Remove everything ipvsproxy made on this node and exit (same as `ipvsproxy cleanup`).")
 	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gofs)
 	cmd.Flags().AddGoFlagSet(gofs)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fail(c, fmt.Errorf("%v (see --help)", err))
 	})
+	cmd.AddCommand(newCleanupCommand(), newDiffCommand(), newStatusCommand())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -37,6 +38,7 @@ type Options struct {
 	PodBridge          string
 	PodIfacePrefix     string
 	GracePeriod        time.Duration
+	StatsMaxServices   int    // --stats-max-services: cap on per-service traffic metrics
 	BindAddress        string // the node IP when specific (see nodeip.go)
 	OOMScoreAdj        int32
 	Conntrack          conntrackTuning
@@ -53,6 +55,7 @@ func NewOptions() *Options {
 		MinSyncPeriod:      0,
 		IPTablesBackend:    "auto",
 		GracePeriod:        30 * time.Second,
+		StatsMaxServices:   ipvsstats.DefaultMaxServices,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		BindAddress:        "0.0.0.0",
@@ -91,6 +94,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
 	o.addNodeFlags(fs)
+	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "At most this many virtual servers get ipvsproxy_service_* traffic metrics (bounds the series count); the rest are skipped with a log line.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
 }
@@ -120,6 +124,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.validateNode(); err != nil {
 		return err
+	}
+	if o.StatsMaxServices < 1 {
+		return fmt.Errorf("--stats-max-services %d: must be at least 1", o.StatsMaxServices)
 	}
 	if _, err := o.clusterCIDRs(); err != nil {
 		return err

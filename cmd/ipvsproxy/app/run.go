@@ -34,6 +34,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -122,6 +123,7 @@ func Run(ctx context.Context, o *Options) error {
 	tracker := sync.NewTracker()
 	events, stopEvents := newEventSink(client, nodeName)
 	defer stopEvents()
+	events.Started(nodeName)
 	healthChecks := healthcheck.New()
 	defer healthChecks.Close()
 	runner := sync.NewRunner(sync.RunnerConfig{
@@ -138,6 +140,8 @@ func Run(ctx context.Context, o *Options) error {
 	npFilter.nodeIP = nodeIP.Addr
 	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
 	node.refresh()
+	reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
+		node.builderConfig(sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6})).Lookup, o.StatsMaxServices))
 	go node.run(ctx, 5*time.Second)
 
 	health := healthz.New(runner, 2*o.SyncPeriod, reg)
@@ -304,7 +308,7 @@ func (e eventSink) Warning(svc *v1.Service, reason, message string) {
 	e.rec.Event(svc, v1.EventTypeWarning, reason, message)
 }
 
-func newEventSink(client kubernetes.Interface, node string) (sync.EventSink, func()) {
+func newEventSink(client kubernetes.Interface, node string) (eventSink, func()) {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "ipvsproxy", Host: node})

@@ -1,0 +1,310 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvsproxy/ipvsproxy/cleanup"
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/inspect"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+// exitError carries a process exit code other than 1 (diff: 1 = differs,
+// 2 = error). err may be nil when there is nothing to print.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode is the process exit code for an error returned by the command.
+func ExitCode(err error) int {
+	var e *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.code
+	}
+	return 1
+}
+
+// toolCommand makes a subcommand that accepts every proxy flag (so the
+// DaemonSet's command line and --config work unchanged) and runs do
+// after the options are loaded and valid.
+func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) error) (*cobra.Command, *Options) {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:           use,
+		Short:         short,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cf, err := o.loadConfig(cmd.Flags())
+			if err == nil {
+				if err = o.Validate(); err != nil {
+					err = cf.Explain(err)
+				}
+			}
+			if err != nil {
+				return fail(cmd, err)
+			}
+			return do(cmd, o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd, o
+}
+
+func newCleanupCommand() *cobra.Command {
+	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0, ipsets, iptables chains), and nothing else",
+		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runCleanup(o, cmd.OutOrStdout())) })
+	return cmd
+}
+
+func newDiffCommand() *cobra.Command {
+	var output string
+	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)",
+		func(cmd *cobra.Command, o *Options) error {
+			if output != "text" && output != "json" {
+				return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+			}
+			d, err := runDiff(cmd.Context(), o)
+			if err != nil {
+				return &exitError{2, fail(cmd, err)}
+			}
+			if output == "json" {
+				err = d.WriteJSON(cmd.OutOrStdout())
+			} else {
+				err = d.WriteText(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return &exitError{2, fail(cmd, err)}
+			}
+			if !d.Equal() {
+				return &exitError{code: 1}
+			}
+			return nil
+		})
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "Output format: text (ipvsadm/ipset-like lines) or json.")
+	// diff exits 1 for "different", so a bad flag must say 2 like any error.
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{2, fail(c, fmt.Errorf("%v (see --help)", err))}
+	})
+	return cmd
+}
+
+func newStatusCommand() *cobra.Command {
+	cmd, _ := toolCommand("status", "Show what is programmed on this node and, if a proxy runs, how its syncs go",
+		func(cmd *cobra.Command, o *Options) error {
+			return fail(cmd, runStatus(cmd.Context(), o, cmd.OutOrStdout()))
+		})
+	return cmd
+}
+
+// realKernel opens the kernel adapters the tools read and write.
+func realKernel() (sync.Kernel, func(), error) {
+	h, err := ipvs.New()
+	if err != nil {
+		return sync.Kernel{}, nil, err
+	}
+	dummy, err := dummyif.New(dummyif.DefaultLinkName)
+	if err != nil {
+		h.Close()
+		return sync.Kernel{}, nil, err
+	}
+	sets, err := ipset.New()
+	if err != nil {
+		h.Close()
+		return sync.Kernel{}, nil, err
+	}
+	return sync.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}, h.Close, nil
+}
+
+func runCleanup(o *Options, out io.Writer) error {
+	k, closeKernel, err := realKernel()
+	if err != nil {
+		return err
+	}
+	defer closeKernel()
+	exclude, _ := o.excludeCIDRs()
+	// The chains and jumps do not depend on the local-traffic detector, so
+	// any valid one names them; NodeCIDR would otherwise need the API.
+	rules, err := ruleSyncers(o, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable())
+	if err != nil {
+		return err
+	}
+	cleaners := make([]cleanup.RuleCleaner, len(rules))
+	for i, r := range rules {
+		cleaners[i] = r
+	}
+	// Both families' sets: the node may have run with IPv6 before.
+	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: cleaners, Exclude: exclude})
+	fmt.Fprintf(out, "removed %d virtual servers, %d ipsets, link %s: %t; iptables chains and jump rules cleaned\n",
+		res.VirtualServers, res.Sets, dummyif.DefaultLinkName, res.Link)
+	return err
+}
+
+// runDiff computes desired state from the API server exactly as the proxy
+// would (same selector, same builder, same node facts) and compares it
+// with the kernel.
+func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	nodeName, err := hostname(o.HostnameOverride)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	client, err := newClient(o)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	k, closeKernel, err := realKernel()
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	defer closeKernel()
+	svcs, eps, node, err := listCluster(ctx, client, nodeName)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	v6 := ipv6Usable()
+	cfg, err := diffConfig(o, k.Dummy, node, nodeName, v6)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	want := inspect.BuildDesired(svcs, eps, &cfg)
+	exclude, _ := o.excludeCIDRs()
+	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, want.Wants)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	return inspect.Compare(want, have, dummyif.DefaultLinkName), nil
+}
+
+// diffConfig is the builder config run.go and the node watcher make:
+// node name, zone, node-port and host addresses. It runs the proxy's own
+// node watcher once, so the node-port address rules cannot drift apart.
+func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName string, v6 bool) (sync.Config, error) {
+	if _, err := dummy.LocalAddresses(); err != nil {
+		return sync.Config{}, err // the watcher would only log it
+	}
+	cfg := sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6}
+	npFilter, _ := o.nodePortFilter()
+	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(change func(*sync.Config)) { change(&cfg) }}
+	if node != nil {
+		w.handler().OnAdd(node, true)
+	}
+	w.refresh()
+	return cfg, nil
+}
+
+// listCluster lists what the proxy's informers would hold, and the Node
+// (nil when it does not exist: then there is no zone, as in the proxy).
+func listCluster(ctx context.Context, client kubernetes.Interface, nodeName string) ([]*v1.Service, []*discovery.EndpointSlice, *v1.Node, error) {
+	opts := metav1.ListOptions{LabelSelector: proxyLabelSelector()}
+	sl, err := client.CoreV1().Services("").List(ctx, opts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list services: %w", err)
+	}
+	el, err := client.DiscoveryV1().EndpointSlices("").List(ctx, opts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list endpointslices: %w", err)
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node, err = nil, nil
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("get node %s: %w", nodeName, err)
+	}
+	svcs := make([]*v1.Service, len(sl.Items))
+	for i := range sl.Items {
+		svcs[i] = &sl.Items[i]
+	}
+	eps := make([]*discovery.EndpointSlice, len(el.Items))
+	for i := range el.Items {
+		eps[i] = &el.Items[i]
+	}
+	return svcs, eps, node, nil
+}
+
+func runStatus(ctx context.Context, o *Options, out io.Writer) error {
+	k, closeKernel, err := realKernel()
+	if err != nil {
+		return err
+	}
+	defer closeKernel()
+	exclude, _ := o.excludeCIDRs()
+	have, err := inspect.Read(k, sync.OwnedSets(true, ipv6Usable()), exclude, nil)
+	if err != nil {
+		return err
+	}
+	st := inspect.Summarize(have)
+	if o.MetricsBindAddress != "" {
+		st.ProxyURL = metricsURL(o.MetricsBindAddress)
+		st.Proxy, st.ProxyReadError = fetchMetrics(ctx, st.ProxyURL)
+	}
+	return st.Write(out, dummyif.DefaultLinkName, time.Now())
+}
+
+// metricsURL is where a proxy bound to addr is reached from this node: a
+// wildcard bind is reached on loopback.
+func metricsURL(addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err == nil && ap.Addr().IsUnspecified() {
+		lo := netip.MustParseAddr("127.0.0.1")
+		if ap.Addr().Is6() {
+			lo = netip.IPv6Loopback()
+		}
+		addr = netip.AddrPortFrom(lo, ap.Port()).String()
+	}
+	return "http://" + addr + "/metrics"
+}
+
+func fetchMetrics(ctx context.Context, url string) (*inspect.ProxyMetrics, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s", resp.Status)
+	}
+	return inspect.ParseMetrics(resp.Body)
+}
