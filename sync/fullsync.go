@@ -49,6 +49,7 @@ func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, er
 		return FullSyncResult{}, fmt.Errorf("full sync: read kernel state: %w", err)
 	}
 	r.adopt(want, snap)
+	r.sizeSets(want)
 	res := FullSyncResult{Failed: map[string]error{}, Adopted: len(r.applied)}
 	for _, key := range sortedKeys(want) {
 		if err := r.Sync(key, want[key]); err != nil {
@@ -143,6 +144,7 @@ func (r *Reconciler) adopt(want map[string]*ServiceState, snap *kernelSnapshot) 
 	r.applied = make(map[string]*ServiceState, len(want))
 	r.addrRefs = map[netip.Addr]int32{}
 	r.entryRefs = map[SetEntry]int32{}
+	r.setSize = map[string]int{}
 	r.vsOwner = map[ipvs.ServiceKey]string{}
 	for _, key := range sortedKeys(want) {
 		w := want[key]
@@ -173,6 +175,9 @@ func (r *Reconciler) adopt(want map[string]*ServiceState, snap *kernelSnapshot) 
 		for _, e := range w.Entries {
 			if snap.entries[e] {
 				got.Entries = append(got.Entries, e)
+				if r.entryRefs[e] == 0 {
+					r.setSize[e.Set]++
+				}
 				r.entryRefs[e]++
 			}
 		}

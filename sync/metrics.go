@@ -26,6 +26,7 @@ type Metrics struct {
 	RestoreFailures    prometheus.Counter
 	Draining           prometheus.Gauge
 	ConntrackDeleted   prometheus.Counter
+	SetGrowths         prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -80,6 +81,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ipvsproxy", Name: "real_servers_draining",
 			Help: "Real servers at weight 0 waiting for their connections to end"}),
+		SetGrowths: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ipvsproxy", Name: "ipset_growths_total",
+			Help: "ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries"}),
 		ConntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
 			Help: "Stale UDP conntrack entries deleted after their backend went away"}),
@@ -88,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.SyncDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
 			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.KernelOps,
-			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted)
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.SetGrowths)
 	}
 	return m
 }

@@ -50,6 +50,11 @@ type Reconciler struct {
 	stale     []conntrack.Flow
 	grace     time.Duration
 	now       func() time.Time
+	setSpecs  map[string]ipset.Set // owned sets' definitions, as grown
+	setSize   map[string]int       // entries per set, counted once each
+
+	// OnSetGrown, when set, is told of every set growth.
+	OnSetGrown func(set string, maxElem uint32)
 
 	// OnOp, when set, is told of every kernel write and its outcome.
 	OnOp func(op Op, err error)
@@ -67,6 +72,7 @@ func NewReconciler(k Kernel, ownedSets []string, exclude []netip.Prefix) *Reconc
 		entryRefs: map[SetEntry]int32{},
 		vsOwner:   map[ipvs.ServiceKey]string{},
 		draining:  drainState{},
+		setSize:   map[string]int{},
 		now:       time.Now,
 	}
 }
@@ -211,9 +217,22 @@ func (r *Reconciler) unbind(a netip.Addr) error {
 
 func (r *Reconciler) addEntry(e SetEntry) error {
 	if r.entryRefs[e] == 0 {
-		if err := r.observe("set_entry", "add", r.kernel.IPSet.AddEntry(e.Set, e.Entry)); err != nil {
+		if err := r.ensureCapacity(e.Set, r.setSize[e.Set]+1); err != nil {
 			return err
 		}
+		err := r.kernel.IPSet.AddEntry(e.Set, e.Entry)
+		if spec, ok := r.setSpecs[e.Set]; ok && errors.Is(err, ipset.ErrHashFull) {
+			// The kernel's set is smaller than we thought (made by kube-
+			// proxy or an older version, or re-created by hand): grow it
+			// past what it holds and retry.
+			if gerr := r.growSet(spec, 2*max(spec.MaxElem, ipset.DefaultMaxElem)); gerr == nil {
+				err = r.kernel.IPSet.AddEntry(e.Set, e.Entry)
+			}
+		}
+		if err := r.observe("set_entry", "add", err); err != nil {
+			return err
+		}
+		r.setSize[e.Set]++
 	}
 	r.entryRefs[e]++
 	return nil
@@ -225,6 +244,7 @@ func (r *Reconciler) removeEntry(e SetEntry) error {
 			return err
 		}
 		delete(r.entryRefs, e)
+		r.setSize[e.Set]--
 		return nil
 	}
 	r.entryRefs[e]--

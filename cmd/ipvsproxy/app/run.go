@@ -111,6 +111,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	rec := sync.NewReconciler(sync.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
 	rec.SetGracePeriod(o.GracePeriod)
+	rec.SetSpecs(setup.sets)
+	rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }
 	var cleaner conntrack.Cleaner
 	if ct, err := conntrack.New(); err != nil {
 		// Services still work; only clients of a replaced UDP backend may
