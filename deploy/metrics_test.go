@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipvsproxy/ipvsproxy/healthz"
+	"github.com/ipvsproxy/ipvsproxy/sizing"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -32,6 +33,7 @@ func exported(t *testing.T) (series map[string]dto.MetricType, families map[stri
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := sync.NewMetrics(reg)
 	h := healthz.New(idle{}, time.Minute, reg)
+	sizing.NewReporter(reg).Report([]sizing.Finding{{Setting: "net.core.rmem_max"}})
 	m.Syncs.WithLabelValues("full").Inc()
 	m.KernelOps.WithLabelValues("virtual-server", "add", "ok").Inc()
 	m.NoLocalEndpoints.WithLabelValues("internal").Set(0)

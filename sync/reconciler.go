@@ -83,6 +83,18 @@ func (r *Reconciler) Applied(key string) *ServiceState { return r.applied[key] }
 // Keys returns the number of service keys with applied kernel state.
 func (r *Reconciler) Keys() int { return len(r.applied) }
 
+// Counts returns how many virtual and real servers the applied records
+// hold. It walks every record: call it per full pass, not per change.
+func (r *Reconciler) Counts() (virtualServers, realServers int) {
+	for _, st := range r.applied {
+		virtualServers += len(st.VirtualServers)
+		for _, v := range st.VirtualServers {
+			realServers += len(v.Reals)
+		}
+	}
+	return virtualServers, realServers
+}
+
 // ErrConflict marks a virtual server another service already programs.
 var ErrConflict = errors.New("virtual server is already programmed for another service")
 

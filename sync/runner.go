@@ -44,6 +44,9 @@ type RunnerConfig struct {
 	HealthChecks HealthCheckSink
 	Conntrack    conntrack.Cleaner // nil: no stale UDP flow cleanup
 	Metrics      *Metrics
+	// OnFullSync, when set, is told after every full pass how many virtual
+	// and real servers are programmed (for kernel sizing advice).
+	OnFullSync func(virtualServers, realServers int)
 	// DrainInterval is how often draining real servers are checked
 	// (default 5 s).
 	DrainInterval time.Duration
@@ -359,6 +362,9 @@ func (r *Runner) fullSync() map[string]error {
 	}
 	r.fullDone.Store(true)
 	r.metrics.services(r.rec.Keys())
+	if r.cfg.OnFullSync != nil {
+		r.cfg.OnFullSync(r.rec.Counts())
+	}
 	return failed
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
+	"github.com/ipvsproxy/ipvsproxy/sizing"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -136,6 +137,7 @@ func Run(ctx context.Context, o *Options) error {
 		Events:        events,
 		HealthChecks:  healthChecks,
 		Conntrack:     cleaner,
+		OnFullSync:    sizingCheck(reg),
 		Metrics:       metrics,
 	}, tracker, rec)
 	npFilter, _ := o.nodePortFilter()
@@ -243,6 +245,17 @@ func ruleSyncers(o *Options, detector iptables.LocalDetector, v6 bool) ([]*iptab
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// sizingCheck returns the full-pass hook that compares the kernel's sizes
+// with what is programmed and reports advice (log once, metric).
+func sizingCheck(reg prometheus.Registerer) func(vs, rs int) {
+	reporter := sizing.NewReporter(reg)
+	sc := sysctl.New()
+	return func(vs, rs int) {
+		k := sizing.ReadKernel(sc, "/proc/net/ip_vs")
+		reporter.Report(sizing.Advise(sizing.Scale{VirtualServers: vs, RealServers: rs}, k))
+	}
 }
 
 // waitForPodCIDRs reads the node's spec.podCIDRs for

@@ -1,0 +1,66 @@
+package sizing
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ipvsproxy/ipvsproxy/sysctl"
+)
+
+func TestAdvise(t *testing.T) {
+	defaults := Kernel{IPVSConnTableSize: 4096, ConntrackMax: 131072, RmemMax: 212992}
+	cases := []struct {
+		name  string
+		scale Scale
+		k     Kernel
+		want  []string
+	}{
+		{"small cluster on a default kernel", Scale{VirtualServers: 300, RealServers: 900}, defaults, nil},
+		{"100k services on a default kernel", Scale{VirtualServers: 100000, RealServers: 1000000}, defaults, []string{
+			"ip_vs conn_tab_bits (table size) is 4096; at this scale use at least 4194304",
+			"net.netfilter.nf_conntrack_max is 131072; at this scale use at least 32000000",
+			"net.core.rmem_max is 212992; at this scale use at least 8388608",
+		}},
+		{"100k services on a tuned kernel", Scale{VirtualServers: 100000, RealServers: 1000000},
+			Kernel{IPVSConnTableSize: 1 << 22, ConntrackMax: 32 << 20, RmemMax: 16 << 20}, nil},
+		{"unreadable values are not judged", Scale{VirtualServers: 100000, RealServers: 1000000}, Kernel{}, nil},
+	}
+	for _, c := range cases {
+		var got []string
+		for _, f := range Advise(c.scale, c.k) {
+			got = append(got, strings.TrimSuffix(f.String(), " ("+f.Why+")"))
+		}
+		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestReadKernel(t *testing.T) {
+	dir := t.TempDir()
+	proc := filepath.Join(dir, "ip_vs")
+	os.WriteFile(proc, []byte("IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n"), 0o644)
+	sc := sysctl.NewFake(map[string]string{"net/netfilter/nf_conntrack_max": "262144", "net/core/rmem_max": "212992"})
+	k := ReadKernel(sc, proc)
+	if k != (Kernel{IPVSConnTableSize: 4096, ConntrackMax: 262144, RmemMax: 212992}) {
+		t.Errorf("read %+v", k)
+	}
+}
+
+func TestReporterExportsCurrentAdvice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewReporter(reg)
+	r.Report(Advise(Scale{VirtualServers: 20000, RealServers: 200000}, Kernel{IPVSConnTableSize: 4096, ConntrackMax: 1 << 30, RmemMax: 1 << 30}))
+	if n := testutil.CollectAndCount(reg, "ipvsproxy_kernel_sizing_advice"); n != 1 {
+		t.Errorf("%d series, want 1", n)
+	}
+	r.Report(nil)
+	if n := testutil.CollectAndCount(reg, "ipvsproxy_kernel_sizing_advice"); n != 0 {
+		t.Errorf("advice that no longer stands still exported: %d series", n)
+	}
+}
