@@ -72,6 +72,8 @@ func TestRestartNoBlip(t *testing.T) {
 			if err := ts.kernelMatches(); err != nil {
 				t.Errorf("after restart: %v\n%s", err, framework.DumpKernel())
 			}
+			allWeightsPositive(t, vs)
+			t.Logf("FIGURE restart %s: client %d requests, %d failed", c.name, tally.Total(), len(tally.Errors))
 		})
 	}
 }
