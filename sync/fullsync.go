@@ -48,6 +48,7 @@ func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, er
 		// Without a true picture of the kernel, keep the records we have.
 		return FullSyncResult{}, fmt.Errorf("full sync: read kernel state: %w", err)
 	}
+	r.pending = nil
 	r.adopt(want, snap)
 	r.sizeSets(want)
 	res := FullSyncResult{Failed: map[string]error{}, Adopted: len(r.applied)}
@@ -141,50 +142,138 @@ func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
 // another scheduler is recorded with the kernel's scheduler, so the Sync
 // that follows updates it in place).
 func (r *Reconciler) adopt(want map[string]*ServiceState, snap *kernelSnapshot) {
-	r.applied = make(map[string]*ServiceState, len(want))
+	r.resetRecords(len(want))
+	for _, key := range sortedKeys(want) {
+		r.adoptKey(key, want[key], snap)
+	}
+}
+
+func (r *Reconciler) resetRecords(n int) {
+	r.applied = make(map[string]*ServiceState, n)
 	r.addrRefs = map[netip.Addr]int32{}
 	r.entryRefs = map[SetEntry]int32{}
 	r.setSize = map[string]int{}
 	r.vsOwner = map[ipvs.ServiceKey]string{}
-	for _, key := range sortedKeys(want) {
-		w := want[key]
-		got := &ServiceState{}
-		for _, a := range w.Addresses {
-			if snap.addrs[a] {
-				got.Addresses = append(got.Addresses, a)
-				r.addrRefs[a]++
-			}
-		}
-		for _, v := range w.VirtualServers {
-			kv := snap.vs[v.VS.ServiceKey]
-			if kv == nil {
-				continue
-			}
-			if _, taken := r.vsOwner[v.VS.ServiceKey]; taken {
-				continue
-			}
-			r.vsOwner[v.VS.ServiceKey] = key
-			rec := VirtualServerState{VS: kv.vs}
-			mergeWalk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
-				func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
-				func(k, _ ipvs.RealServer) {
-					rec.Reals = append(rec.Reals, ipvs.RealServer{RealKey: k.RealKey, Weight: k.Weight})
-				})
-			got.VirtualServers = append(got.VirtualServers, rec)
-		}
-		for _, e := range w.Entries {
-			if snap.entries[e] {
-				got.Entries = append(got.Entries, e)
-				if r.entryRefs[e] == 0 {
-					r.setSize[e.Set]++
-				}
-				r.entryRefs[e]++
-			}
-		}
-		if !got.Empty() {
-			r.applied[key] = got
+}
+
+// adoptKey adds to key's applied record the objects of w that the snapshot
+// shows in the kernel and the record does not hold yet.
+func (r *Reconciler) adoptKey(key string, w *ServiceState, snap *kernelSnapshot) {
+	have := r.applied[key]
+	if have == nil {
+		have = &ServiceState{}
+	}
+	got := &ServiceState{
+		Addresses:      slices.Clone(have.Addresses),
+		VirtualServers: slices.Clone(have.VirtualServers),
+		Entries:        slices.Clone(have.Entries),
+	}
+	for _, a := range w.Addresses {
+		if snap.addrs[a] && !slices.Contains(have.Addresses, a) {
+			got.Addresses = append(got.Addresses, a)
+			r.addrRefs[a]++
 		}
 	}
+	for _, v := range w.VirtualServers {
+		kv := snap.vs[v.VS.ServiceKey]
+		if kv == nil {
+			continue
+		}
+		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
+			continue
+		}
+		i := slices.IndexFunc(got.VirtualServers, func(x VirtualServerState) bool { return x.VS.ServiceKey == v.VS.ServiceKey })
+		if i < 0 {
+			r.vsOwner[v.VS.ServiceKey] = key
+			got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.vs})
+			i = len(got.VirtualServers) - 1
+		}
+		rec := &got.VirtualServers[i]
+		rec.Reals = slices.Clone(rec.Reals)
+		mergeWalk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+			func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
+			func(k, _ ipvs.RealServer) {
+				if !slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == k.RealKey }) {
+					rec.Reals = append(rec.Reals, ipvs.RealServer{RealKey: k.RealKey, Weight: k.Weight})
+				}
+			})
+	}
+	for _, e := range w.Entries {
+		if snap.entries[e] && !slices.Contains(have.Entries, e) {
+			got.Entries = append(got.Entries, e)
+			if r.entryRefs[e] == 0 {
+				r.setSize[e.Set]++
+			}
+			r.entryRefs[e]++
+		}
+	}
+	if got.Empty() {
+		return
+	}
+	got.normalize()
+	r.applied[key] = got
+}
+
+// BeginAdoption reads the kernel once at start-up, before the informers
+// have delivered everything, so that each service can be adopted and
+// programmed as soon as it arrives: at 100,000 services the first ones are
+// in the kernel long before the last is listed. Until the first FullSync,
+// Sync adopts from this snapshot what the kernel already holds (a restart
+// still writes nothing) and nothing is pruned: a service not seen yet is
+// not a service that was deleted.
+func (r *Reconciler) BeginAdoption() error {
+	snap, err := r.snapshot(nil)
+	if err != nil {
+		return fmt.Errorf("read kernel state: %w", err)
+	}
+	r.resetRecords(0)
+	r.pending = snap
+	return nil
+}
+
+// forgetRemoved keeps the start-up snapshot true after a Sync removed
+// objects: a later adoption must not take them for present.
+func (r *Reconciler) forgetRemoved(old, now *ServiceState) {
+	for _, a := range old.Addresses {
+		if r.addrRefs[a] == 0 {
+			delete(r.pending.addrs, a)
+		}
+	}
+	for _, e := range old.Entries {
+		if r.entryRefs[e] == 0 {
+			delete(r.pending.entries, e)
+		}
+	}
+	for _, v := range old.VirtualServers {
+		kv := r.pending.vs[v.VS.ServiceKey]
+		if kv == nil {
+			continue
+		}
+		if _, owned := r.vsOwner[v.VS.ServiceKey]; !owned {
+			delete(r.pending.vs, v.VS.ServiceKey)
+			continue
+		}
+		var still []ipvs.RealServer
+		if rec := findIn(now, v.VS.ServiceKey); rec != nil {
+			still = rec.Reals
+		}
+		kv.reals = slices.DeleteFunc(kv.reals, func(rs ipvs.RealServer) bool {
+			return slices.ContainsFunc(v.Reals, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey }) &&
+				!slices.ContainsFunc(still, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey })
+		})
+	}
+}
+
+func findIn(st *ServiceState, k ipvs.ServiceKey) *VirtualServerState {
+	if st == nil {
+		return nil
+	}
+	for i := range st.VirtualServers {
+		if st.VirtualServers[i].VS.ServiceKey == k {
+			return &st.VirtualServers[i]
+		}
+	}
+	return nil
 }
 
 // prune removes owned kernel objects that no applied record references:

@@ -52,6 +52,7 @@ type Reconciler struct {
 	now       func() time.Time
 	setSpecs  map[string]ipset.Set // owned sets' definitions, as grown
 	setSize   map[string]int       // entries per set, counted once each
+	pending   *kernelSnapshot      // start-up snapshot until the first FullSync
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
@@ -115,6 +116,13 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 	}
 	if want == nil {
 		want = &ServiceState{}
+	}
+	if r.pending != nil {
+		r.adoptKey(key, want, r.pending)
+		if a := r.applied[key]; a != nil {
+			have = a
+		}
+		defer func() { r.forgetRemoved(have, r.applied[key]) }()
 	}
 	if have.equal(want) {
 		return nil // the common case of a full pass with no drift: no allocation

@@ -117,22 +117,52 @@ func (r *Runner) changed(key string, endpoints bool) {
 }
 
 // Run syncs until ctx is done. synced reports whether the informers have
-// delivered their initial lists: nothing is written before that, so that a
-// half-filled cache never looks like "these services were deleted".
+// delivered their initial lists. Before that, services are adopted and
+// programmed as they arrive (see Reconciler.BeginAdoption) but nothing is
+// removed: a half-filled cache must never look like "these services were
+// deleted". The first full pass, once synced, prunes. If the kernel cannot
+// be read up front, nothing is written before the informers are synced.
 func (r *Runner) Run(ctx context.Context, synced func() bool) {
 	defer r.queue.ShutDown()
-	for !synced() {
-		select {
-		case <-ctx.Done():
+	streaming := r.beginStreaming()
+	go func() {
+		if !waitFor(ctx, synced) {
 			return
-		case <-time.After(100 * time.Millisecond):
 		}
+		r.queue.Add(fullSyncKey)
+		r.tickFullSync(ctx)
+	}()
+	if !streaming && !waitFor(ctx, synced) {
+		return
 	}
-	r.queue.Add(fullSyncKey)
-	go r.tickFullSync(ctx)
 	go func() { <-ctx.Done(); r.queue.ShutDown() }()
 	for r.processBatch(ctx) {
 	}
+}
+
+func (r *Runner) beginStreaming() bool {
+	if r.cfg.Prepare != nil {
+		if err := r.cfg.Prepare(); err != nil {
+			klog.ErrorS(err, "Preparing node-wide objects failed; programming waits for the informers")
+			return false
+		}
+	}
+	if err := r.rec.BeginAdoption(); err != nil {
+		klog.ErrorS(err, "Reading the kernel at start failed; programming waits for the informers")
+		return false
+	}
+	return true
+}
+
+func waitFor(ctx context.Context, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 func (r *Runner) tickFullSync(ctx context.Context) {

@@ -46,7 +46,13 @@ type runnerHarness struct {
 	done   chan struct{}
 }
 
-func startRunner(t *testing.T, syncPeriod time.Duration, objects ...any) *runnerHarness {
+func startRunner(t *testing.T, syncPeriod time.Duration) *runnerHarness {
+	t.Helper()
+	return startRunnerWith(t, syncPeriod, func(s func() bool) func() bool { return s })
+}
+
+// startRunnerWith lets a test wrap the informers' synced check.
+func startRunnerWith(t *testing.T, syncPeriod time.Duration, wrapSynced func(func() bool) func() bool) *runnerHarness {
 	t.Helper()
 	h := &runnerHarness{k: newKernel(t), client: fake.NewClientset(), events: &recordedEvents{}, done: make(chan struct{})}
 	var sets []string
@@ -67,7 +73,7 @@ func startRunner(t *testing.T, syncPeriod time.Duration, objects ...any) *runner
 	factory.Start(ctx.Done())
 	go func() {
 		defer close(h.done)
-		h.runner.Run(ctx, func() bool { return si.HasSynced() && ei.HasSynced() })
+		h.runner.Run(ctx, wrapSynced(func() bool { return si.HasSynced() && ei.HasSynced() }))
 	}()
 	t.Cleanup(func() { cancel(); <-h.done; factory.Shutdown() })
 	return h
