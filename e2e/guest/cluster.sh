@@ -44,12 +44,15 @@ etcd --name sandbox --data-dir "$work/etcd" \
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 echo "$token,admin,admin,system:masters" > "$work/tokens.csv"
 
+# --allow-privileged=true as on kubeadm clusters: deploy/daemonset.yaml (a
+# node proxy, privileged like kube-proxy's) is checked against this server.
 "$E2E_APISERVER" \
   --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=6443 \
   --endpoint-reconciler-type=none \
   --service-cluster-ip-range="${E2E_SERVICE_CIDR:-10.96.0.0/16,fd00:10:96::/108}" \
   --authorization-mode=AlwaysAllow \
+  --allow-privileged=true \
   --token-auth-file="$work/tokens.csv" \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-account-key-file="$work/pki/sa.pub" \

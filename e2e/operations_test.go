@@ -1,0 +1,250 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/deploy"
+	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
+)
+
+// Issue 6 (deploy/ manifests against the real API server) and issue 8
+// (firewall-reload repair, start-up sysctls) with the real kernel.
+
+// The deploy/ manifests are accepted by kube-apiserver: ServiceAccount,
+// RBAC and ConfigMap server-side applied for real, the DaemonSet as a
+// server-side dry run (its pods would need the image); then removed.
+func TestDeployManifestsApply(t *testing.T) {
+	c := ctx(t)
+	// kube-apiserver makes both itself (system namespaces, the scheduling
+	// bootstrap hook); the DaemonSet needs them.
+	if err := cluster.EnsureNamespace(c, "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Client.SchedulingV1().PriorityClasses().Get(c, "system-node-critical", metav1.GetOptions{}); err != nil {
+		t.Fatalf("PriorityClass system-node-critical (the DaemonSet's priorityClassName): %v", err)
+	}
+	docs, err := deploy.Docs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := deploy.Delete(context.Background(), cluster.Client); err != nil {
+			t.Errorf("deploy.Delete: %v", err)
+		}
+	})
+	if err := deploy.Apply(c, cluster.Client, false); err != nil {
+		t.Fatalf("deploy.Apply: %v", err)
+	}
+	for _, d := range docs {
+		t.Logf("applied %s %s/%s (%s)", d.Meta.Kind, d.Meta.Metadata.Namespace, d.Meta.Metadata.Name, d.File)
+		err := getDeployed(c, d)
+		switch {
+		case d.Meta.Kind == "DaemonSet" && !apierrors.IsNotFound(err):
+			t.Errorf("DaemonSet %s was created (err %v); Apply must only dry-run it", d.Meta.Metadata.Name, err)
+		case d.Meta.Kind != "DaemonSet" && err != nil:
+			t.Errorf("%s %s not stored after Apply: %v", d.Meta.Kind, d.Meta.Metadata.Name, err)
+		}
+	}
+	if err := deploy.Delete(c, cluster.Client); err != nil {
+		t.Fatalf("deploy.Delete: %v", err)
+	}
+	for _, d := range docs {
+		if err := getDeployed(c, d); !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s still there after Delete (err %v)", d.Meta.Kind, d.Meta.Metadata.Name, err)
+		}
+	}
+}
+
+func getDeployed(c context.Context, d deploy.Doc) error {
+	name, ns, opts := d.Meta.Metadata.Name, d.Meta.Metadata.Namespace, metav1.GetOptions{}
+	var err error
+	switch d.Meta.Kind {
+	case "ServiceAccount":
+		_, err = cluster.Client.CoreV1().ServiceAccounts(ns).Get(c, name, opts)
+	case "ConfigMap":
+		_, err = cluster.Client.CoreV1().ConfigMaps(ns).Get(c, name, opts)
+	case "ClusterRole":
+		_, err = cluster.Client.RbacV1().ClusterRoles().Get(c, name, opts)
+	case "ClusterRoleBinding":
+		_, err = cluster.Client.RbacV1().ClusterRoleBindings().Get(c, name, opts)
+	case "DaemonSet":
+		_, err = cluster.Client.AppsV1().DaemonSets(ns).Get(c, name, opts)
+	default:
+		err = fmt.Errorf("the test does not know kind %s; add it", d.Meta.Kind)
+	}
+	return err
+}
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// natRules is iptables-legacy-save -t nat without comments and counters.
+func natRules() (string, error) {
+	out, err := framework.Run("iptables-legacy-save", "-t", "nat")
+	if err != nil {
+		return "", err
+	}
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			keep = append(keep, counters.ReplaceAllString(l, "[0:0]"))
+		}
+	}
+	return strings.Join(keep, "\n"), nil
+}
+
+// A firewall reload: KUBE-SERVICES flushed and the canary chain deleted
+// in the nat table. Within 3 s (not at the next 10 s pass) the nat table
+// is as before and a ClusterIP answers again, from the node and from a
+// client outside the cluster (whose traffic needs the masquerade rules).
+func TestFirewallReloadRestored(t *testing.T) {
+	proxy(t)
+	pods := startPods(t, "fw", 2, []int{8080}, nil)
+	ts := createService(t, namespace(t), "fw", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	c := startClient(t, "fw", "10.20.6.2")
+	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 4, pods)
+	before, err := natRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(before, ":KUBE-PROXY-CANARY ") || !strings.Contains(before, "-A KUBE-SERVICES ") {
+		t.Fatalf("nat table lacks the canary chain or KUBE-SERVICES rules before the test:\n%s", before)
+	}
+	restores := canaryRestores(t)
+	for _, args := range [][]string{{"-t", "nat", "-F", "KUBE-SERVICES"}, {"-t", "nat", "-X", "KUBE-PROXY-CANARY"}} {
+		if _, err := framework.Run("iptables-legacy", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken := time.Now()
+	if now, _ := natRules(); now == before {
+		t.Fatalf("iptables -F/-X changed nothing (already repaired?):\n%s", now)
+	}
+	var last string
+	err = framework.Eventually(3*time.Second, 50*time.Millisecond, func() error {
+		if last, err = natRules(); err != nil {
+			return err
+		}
+		if last != before {
+			return fmt.Errorf("nat table differs from before the flush")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("rules not restored within 3 s: %v\nbefore:\n%s\nnow:\n%s", err, before, last)
+	}
+	t.Logf("nat rules restored %v after the flush", time.Since(broken).Round(time.Millisecond))
+	// The monitor repaired it, not a periodic pass that happened to run.
+	if after := canaryRestores(t); after <= restores {
+		t.Errorf("ipvsproxy_iptables_canary_restores_total %v -> %v: the repair was not the canary monitor's", restores, after)
+	}
+	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
+	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 10, pods)
+}
+
+// canaryRestores reads ipvsproxy_iptables_canary_restores_total from the
+// proxy's /metrics (--metrics-bind-address).
+func canaryRestores(t *testing.T) float64 {
+	t.Helper()
+	const name = "ipvsproxy_iptables_canary_restores_total"
+	resp, err := http.Get("http://" + theProxy.Flag("metrics-bind-address", "127.0.0.1:10249") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
+// After start the kernel has the settings ipvsproxy makes: IPVS
+// conntrack and expiry sysctls, ip_forward, nf_conntrack_max =
+// max(--conntrack-min, --conntrack-max-per-core × CPUs) (a larger value
+// is kept), the hash table at least a quarter of that, the conntrack
+// TCP timeouts, and the process's oom_score_adj.
+func TestStartupSysctls(t *testing.T) {
+	p := proxy(t)
+	flagInt := func(name, def string) int {
+		v, err := strconv.Atoi(p.Flag(name, def))
+		if err != nil {
+			t.Fatalf("--%s: %v", name, err)
+		}
+		return v
+	}
+	flagSecs := func(name, def string) int {
+		d, err := time.ParseDuration(p.Flag(name, def))
+		if err != nil {
+			t.Fatalf("--%s: %v", name, err)
+		}
+		return int(d / time.Second)
+	}
+	for name, want := range map[string]int{
+		"net/ipv4/vs/conntrack":                              1,
+		"net/ipv4/vs/expire_nodest_conn":                     1,
+		"net/ipv4/vs/expire_quiescent_template":              1,
+		"net/ipv4/ip_forward":                                1,
+		"net/netfilter/nf_conntrack_tcp_timeout_established": flagSecs("conntrack-tcp-timeout-established", "24h"),
+		"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  flagSecs("conntrack-tcp-timeout-close-wait", "1h"),
+	} {
+		if got := readInt(t, "/proc/sys/"+name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		} else {
+			t.Logf("%s = %d", name, got)
+		}
+	}
+	wantMax := max(flagInt("conntrack-min", "131072"), flagInt("conntrack-max-per-core", "32768")*runtime.NumCPU())
+	gotMax := readInt(t, "/proc/sys/net/netfilter/nf_conntrack_max")
+	if gotMax < wantMax {
+		t.Errorf("nf_conntrack_max = %d, want at least %d (%d CPUs)", gotMax, wantMax, runtime.NumCPU())
+	} else {
+		t.Logf("nf_conntrack_max = %d (wanted %d; a larger value is kept)", gotMax, wantMax)
+	}
+	if hs := readInt(t, "/sys/module/nf_conntrack/parameters/hashsize"); hs < wantMax/4 {
+		t.Errorf("conntrack hashsize = %d, want at least %d", hs, wantMax/4)
+	} else {
+		t.Logf("conntrack hashsize = %d", hs)
+	}
+	if got, want := readInt(t, fmt.Sprintf("/proc/%d/oom_score_adj", p.Pid())), flagInt("oom-score-adj", "-999"); got != want {
+		t.Errorf("ipvsproxy (pid %d) oom_score_adj = %d, want %d", p.Pid(), got, want)
+	}
+}
+
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
