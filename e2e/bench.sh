@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bench.sh: the kernel benchmark of ipvsproxy against kube-proxy v1.37.2
+# --proxy-mode=ipvs in the user-mode-Linux sandbox (docs/benchmarks.md,
+# "Kernel benchmark vs kube-proxy"). On the host: install missing
+# packages, build kube-apiserver and kube-proxy (cached), bin/ipvsproxy if
+# missing, e2ectl and the benchmark; then boot the sandbox, start etcd +
+# kube-apiserver inside (guest/cluster.sh) and run e2e/cmd/bench there.
+#
+# Environment:
+#   BENCH_N="1000 5000 10000"  service counts, ascending, in one sandbox (default 1000)
+#   BENCH_CHANGES=100          single-endpoint changes per proxy and size
+#   BENCH_INTERVAL=500ms       write a change every interval (open loop); 0s: serial
+#   BENCH_WORKERS=16           parallel API clients creating the services
+#   BENCH_PROXIES="ipvsproxy kube-proxy"   which proxies to measure
+#   BENCH_TIMEOUT=SECONDS      kill the sandbox after this long (default: 900 + 1200 per 1k services)
+#   BENCH_MEM=4G               guest memory
+#   E2E_IPVSPROXY=PATH         ipvsproxy binary (default bin/ipvsproxy)
+# Results: e2e/out/bench-DATE/ (bench-table.md, bench-N-PROXY.json, each
+# proxy's log, the API server's), also linked as e2e/out/bench-latest.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+total_start=$(date +%s)
+trap print_timings EXIT
+
+sizes=${BENCH_N:-1000}
+proxies=${BENCH_PROXIES:-ipvsproxy kube-proxy}
+largest=$(tr ' ,' '\n\n' <<<"$sizes" | sort -n | tail -1)
+timeout=${BENCH_TIMEOUT:-$(( 900 + 1200 * (largest + 999) / 1000 ))}
+
+stage "packages"; install_packages; stage_done
+stage "kube-apiserver, kube-proxy (cached)"
+mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver kube-proxy)
+stage_done
+stage "binaries"
+ipvsproxy=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
+if [ ! -x "$ipvsproxy" ]; then
+  (cd "$repo" && CGO_ENABLED=0 go build -o "$ipvsproxy" ./cmd/ipvsproxy)
+fi
+mkdir -p "$repo/bin"
+go_build_e2e build -tags e2e -o "$repo/bin/e2ectl" ./e2e/cmd/e2ectl
+go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench" ./e2e/cmd/bench
+stage_done
+
+args=(--n "$sizes" --changes "${BENCH_CHANGES:-100}" --interval "${BENCH_INTERVAL:-500ms}" --workers "${BENCH_WORKERS:-16}")
+[[ " $proxies " == *" ipvsproxy "* ]] && args+=(--ipvsproxy "$ipvsproxy")
+[[ " $proxies " == *" kube-proxy "* ]] && args+=(--kube-proxy "${k8s[1]}")
+export E2E_APISERVER=${k8s[0]} E2E_CTL=$repo/bin/e2ectl
+export E2E_RESULTS; E2E_RESULTS=$(new_results bench)
+
+stage "sandbox: boot + apiserver + benchmark (N = $sizes)"
+set +e
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "${BENCH_MEM:-4G}" -- \
+  "$e2e/guest/cluster.sh" "$repo/bin/e2e-bench" "${args[@]}")
+rc=$?
+set -e
+stage_done
+timings+=$(printf '  %-28s %4ds' total $(( $(date +%s) - total_start )))$'\n'
+if [ -s "$E2E_RESULTS/bench-table.md" ]; then
+  echo; cat "$E2E_RESULTS/bench-table.md"
+fi
+echo "bench: results in $E2E_RESULTS" >&2
+[ "$rc" = 0 ] && echo "bench: done" >&2 || echo "bench: FAIL (status $rc)" >&2
+exit "$rc"

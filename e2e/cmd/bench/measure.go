@@ -1,0 +1,137 @@
+//go:build e2e
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// result is one proxy's measurement at one size.
+type result struct {
+	Proxy      string          `json:"proxy"`
+	N          int             `json:"services"`
+	Programmed time.Duration   `json:"programmedNs"` // start → kernel complete; 0 if never
+	VS, Reals  int             `json:"-"`
+	Latencies  []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
+	APIWrites  []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
+	Failures   int             `json:"failedChanges"`
+	InitCPU    usage           `json:"-"` // at the moment the kernel was complete
+	Total      usage           `json:"-"` // at the end of the changes
+	InitCPUSec float64         `json:"initCpuSeconds"`
+	CPUSec     float64         `json:"cpuSeconds"`
+	CPUChild   float64         `json:"cpuSecondsWithChildren"`
+	PeakRSSKB  int             `json:"peakRssKB"`
+	err        string
+}
+
+func (r *result) save(dir string) error {
+	r.InitCPUSec, r.CPUSec, r.CPUChild, r.PeakRSSKB = r.InitCPU.cpuChildren, r.Total.cpu, r.Total.cpuChildren, r.Total.hwmKB
+	data, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("bench-%d-%s.json", r.N, r.Proxy)), data, 0o644)
+}
+
+// measureProxy runs one proxy alone on a clean node over the workload.
+func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all []proxySpec) *result {
+	r := &result{Proxy: p.name, N: len(w.svcs)}
+	fail := func(format string, args ...any) *result {
+		r.err = fmt.Sprintf(format, args...)
+		return r
+	}
+	if err := w.resetExtras(ctx); err != nil {
+		return fail("reset: %v", err)
+	}
+	if err := cleanNode(all, logf); err != nil {
+		return fail("clean node: %v", err)
+	}
+	logf("%s: node clean; starting with %d services (%d NodePort) already in the API server", p.name, len(w.svcs), w.nodePorts())
+	proc, err := start(p, filepath.Join(c.results, fmt.Sprintf("%s-%d.log", p.name, len(w.svcs))))
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer func() {
+		proc.stop()
+		logf("%s: stopped", p.name)
+	}()
+	begin := time.Now()
+	if err := waitProgrammed(c, w, proc, begin, r); err != nil {
+		if u, uerr := proc.usage(); uerr == nil {
+			r.Total = u
+		}
+		return fail("%v", err)
+	}
+	r.InitCPU, _ = proc.usage()
+	logf("%s: kernel complete after %.1fs (%d virtual servers, %d real servers), %.1f CPU s",
+		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.cpuChildren)
+	time.Sleep(2 * time.Second) // let the first sync's tail (logs, events) pass
+	runChanges(ctx, c, w, proc, r)
+	r.Total, err = proc.usage()
+	if err != nil {
+		return fail("usage: %v", err)
+	}
+	if r.Failures > 0 && r.err == "" {
+		r.err = fmt.Sprintf("%d of %d changes not seen in the kernel", r.Failures, c.changes)
+	}
+	return r
+}
+
+// waitProgrammed polls the kernel until every expected virtual server
+// holds exactly its active real servers and KUBE-CLUSTER-IP and
+// KUBE-NODE-PORT-TCP hold an entry per service (the reads cost the guest's
+// single CPU too, so the poll interval is at least 4× the last read's
+// cost: the poller takes at most ~20 % of it).
+func waitProgrammed(c *config, w *workload, proc *running, begin time.Time, r *result) error {
+	want := w.expectedVS(c.nodeIP)
+	lastLog := time.Now()
+	for {
+		if err := proc.exited(); err != nil {
+			return fmt.Errorf("%s exited during the initial programming: %v", r.Proxy, err)
+		}
+		readStart := time.Now()
+		t, err := readIPVS()
+		if err != nil {
+			return err
+		}
+		pr := measure(t, want)
+		done := pr.doneVS == pr.wantVS
+		if done {
+			done = setEntries("KUBE-CLUSTER-IP") >= len(w.svcs) && setEntries("KUBE-NODE-PORT-TCP") >= w.nodePorts()
+		}
+		el := time.Since(begin)
+		if done {
+			r.Programmed, r.VS, r.Reals = el, pr.vs, pr.reals
+			return nil
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			logf("%s: %.0fs: %d/%d virtual servers complete (kernel: %d virtual, %d real servers)",
+				r.Proxy, el.Seconds(), pr.doneVS, pr.wantVS, pr.vs, pr.reals)
+			lastLog = time.Now()
+		}
+		if el > c.programTimeout {
+			return fmt.Errorf("kernel not complete after %v: %d/%d virtual servers", c.programTimeout, pr.doneVS, pr.wantVS)
+		}
+		time.Sleep(max(250*time.Millisecond, 4*time.Since(readStart)))
+	}
+}
+
+// percentiles returns the nearest-rank p50 and p99.
+func percentiles(d []time.Duration) (time.Duration, time.Duration) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	rank := func(p float64) time.Duration {
+		i := int(float64(len(s))*p+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return rank(0.50), rank(0.99)
+}

@@ -1,0 +1,116 @@
+//go:build e2e
+
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// row is one line of the table: a label and how to read the value (NaN:
+// not measured) from a result.
+type row struct {
+	label string
+	unit  string
+	value func(r *result) float64
+}
+
+var rows = []row{
+	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
+	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.cpuChildren }},
+	{"one endpoint change, API write → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.Latencies); return ms(p) }},
+	{"one endpoint change, API write → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.Latencies); return ms(p) }},
+	{"one endpoint change: max", "ms", func(r *result) float64 { return ms(maxOf(r.Latencies)) }},
+	{"of which the API write (Update call): p50", "ms", func(r *result) float64 { p, _ := percentiles(r.APIWrites); return ms(p) }},
+	{"CPU, whole run (process)", "s", func(r *result) float64 { return r.Total.cpu }},
+	{"CPU, whole run (incl. children: iptables, ipset)", "s", func(r *result) float64 { return r.Total.cpuChildren }},
+	{"peak RSS (VmHWM)", "MB", func(r *result) float64 { return float64(r.Total.hwmKB) / 1024 }},
+}
+
+func secs(d time.Duration) float64 {
+	if d <= 0 {
+		return nan()
+	}
+	return d.Seconds()
+}
+
+func ms(d time.Duration) float64 {
+	if d <= 0 {
+		return nan()
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+func maxOf(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return slices.Max(d)
+}
+
+func nan() float64 { var z float64; return z / z }
+
+func fmtNum(v float64) string {
+	switch {
+	case v != v:
+		return "–"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// renderTable is the Markdown table of one size: a column per proxy and,
+// with two proxies, the ratio second ÷ first (kube-proxy ÷ ipvsproxy:
+// how many times more time, CPU or memory kube-proxy takes).
+func renderTable(n int, w *workload, rate float64, workers int, res []*result) string {
+	var b strings.Builder
+	vs, reals := 0, 0
+	for _, r := range res {
+		vs, reals = max(vs, r.VS), max(reals, r.Reals)
+	}
+	fmt.Fprintf(&b, "N = %d services (%d NodePort), 10 endpoints each: %d virtual servers, %d real servers; "+
+		"created at %.1f services/s (%d clients)\n\n", n, w.nodePorts(), vs, reals, rate, workers)
+	b.WriteString("| measure |")
+	for _, r := range res {
+		fmt.Fprintf(&b, " %s |", r.Proxy)
+	}
+	if len(res) == 2 {
+		fmt.Fprintf(&b, " %s ÷ %s |", res[1].Proxy, res[0].Proxy)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(res)))
+	if len(res) == 2 {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, row := range rows {
+		fmt.Fprintf(&b, "| %s (%s) |", row.label, row.unit)
+		for _, r := range res {
+			fmt.Fprintf(&b, " %s |", fmtNum(row.value(r)))
+		}
+		if len(res) == 2 {
+			a, z := row.value(res[0]), row.value(res[1])
+			fmt.Fprintf(&b, " %s× |", fmtNum(z/a))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "| changes measured / failed |")
+	for _, r := range res {
+		fmt.Fprintf(&b, " %d / %d |", len(r.Latencies), r.Failures)
+	}
+	if len(res) == 2 {
+		b.WriteString(" |")
+	}
+	b.WriteString("\n")
+	for _, r := range res {
+		if r.err != "" {
+			fmt.Fprintf(&b, "\n%s: %s\n", r.Proxy, r.err)
+		}
+	}
+	return b.String()
+}
