@@ -86,6 +86,13 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 
 	setPlacedEndpoints(t, ts, nil, all)
 	waitHealthCheck(t, ts, node, hcPort, 503, 0)
+	// No local endpoint: external traffic has no backend on this node.
+	for _, key := range []string{vs(corev1.ProtocolTCP, node, np), vs(corev1.ProtocolTCP, lbIP, 80)} {
+		waitNoBackend(t, key)
+	}
+	if name, err := framework.GetTCP(node, np); err == nil {
+		t.Errorf("node port %s:%d answered by %s with no local endpoint", node, np, name)
+	}
 	waitReals(t, vs(corev1.ProtocolTCP, ts.VIP, 80), reals(all, 8080))
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 12, all)
 }
@@ -154,6 +161,9 @@ func TestSchedulerAnnotation(t *testing.T) {
 		return err
 	})
 	waitReals(t, shKey, reals(pods, 8080))
+	if line, err := framework.VSLine(shKey); err == nil {
+		t.Logf("ipvsadm -Ln: %s", line)
+	}
 	tally := framework.Repeat(framework.GetTCP, sh.VIP, 80, 10)
 	if len(tally.Errors) > 0 {
 		t.Fatalf("through the sh VS: %v", tally)
@@ -186,6 +196,22 @@ func TestSchedulerAnnotation(t *testing.T) {
 	}
 	waitSchedulerIs(t, badKey, "wlc")
 	expectAllAnswer(t, framework.GetTCP, bad.VIP, 80, 10, pods)
+}
+
+// waitNoBackend waits until virtual server key is gone or has no active
+// real server.
+func waitNoBackend(t *testing.T, key string) {
+	t.Helper()
+	waitKernel(t, programTimeout, key+" without backends", func() error {
+		vss, err := framework.IPVS()
+		if err != nil {
+			return err
+		}
+		if v := vss[key]; v != nil && len(v.ActiveReals()) > 0 {
+			return fmt.Errorf("%s still sends to %v", key, v.ActiveReals())
+		}
+		return nil
+	})
 }
 
 func waitSchedulerIs(t *testing.T, key, sched string) {

@@ -141,6 +141,9 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	}
 	key := vs(corev1.ProtocolTCP, lbIP, 80)
 	waitReals(t, key, reals(pods, 8080))
+	if ok, err := framework.HasAddr("kube-ipvs0", lbIP); err != nil || !ok {
+		t.Fatalf("LB IP %s not on kube-ipvs0 (err %v)\n%s", lbIP, err, framework.DumpKernel())
+	}
 	allowed := startClient(t, "lb-in", "10.20.1.2")
 	denied := startClient(t, "lb-out", "10.20.2.2")
 	expectAllAnswer(t, allowed.GetTCP, lbIP, 80, 10, pods)
