@@ -2,11 +2,12 @@ package conntrack
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
 // Verbs counted by Fake.
@@ -60,14 +61,14 @@ type Fake struct {
 	mu      sync.Mutex
 	entries []Entry
 	deleted []Entry
-	counts  map[string]int
-	inject  func(Call) error
+	calls.Counter
+	inject func(Call) error
 }
 
 var _ Cleaner = (*Fake)(nil)
 
 // NewFake returns a Fake with an empty table.
-func NewFake() *Fake { return &Fake{counts: map[string]int{}} }
+func NewFake() *Fake { return &Fake{} }
 
 // SetEntries replaces the table.
 func (f *Fake) SetEntries(entries ...Entry) {
@@ -101,32 +102,11 @@ func (f *Fake) InjectError(fn func(Call) error) {
 	f.mu.Unlock()
 }
 
-// Count returns how many times verb happened.
-func (f *Fake) Count(verb string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.counts[verb]
-}
-
-// Counts returns a copy of every verb's count.
-func (f *Fake) Counts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.counts)
-}
-
-// ResetCounts zeroes the counts (the Deleted record is kept).
-func (f *Fake) ResetCounts() {
-	f.mu.Lock()
-	clear(f.counts)
-	f.mu.Unlock()
-}
-
 // DeleteUDP implements Cleaner.
 func (f *Fake) DeleteUDP(flows []Flow) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.counts[VerbDeleteUDP]++
+	f.Inc(VerbDeleteUDP)
 	if f.inject != nil {
 		if err := f.inject(Call{Verb: VerbDeleteUDP, Flows: slices.Clone(flows)}); err != nil {
 			return 0, err
@@ -136,7 +116,7 @@ func (f *Fake) DeleteUDP(flows []Flow) (int, error) {
 	if err != nil || m.families == 0 {
 		return 0, err
 	}
-	f.counts[VerbDump]++
+	f.Inc(VerbDump)
 	deleted, failed := 0, 0
 	var first error
 	kept := f.entries[:0:0]
@@ -145,7 +125,7 @@ func (f *Fake) DeleteUDP(flows []Flow) (int, error) {
 			kept = append(kept, e)
 			continue
 		}
-		f.counts[VerbDelete]++
+		f.Inc(VerbDelete)
 		if f.inject != nil {
 			if err := f.inject(Call{Verb: VerbDelete, Entry: e}); err != nil {
 				failed++

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
 // Verbs counted by Fake, one per Interface method.
@@ -37,7 +39,7 @@ type Fake struct {
 	exists bool
 	addrs  map[netip.Addr]struct{}
 	local  []netip.Addr
-	counts map[string]int
+	calls.Counter
 	inject func(Call) error
 }
 
@@ -50,10 +52,9 @@ func NewFake(linkName string) *Fake {
 		linkName = DefaultLinkName
 	}
 	return &Fake{
-		name:   linkName,
-		index:  2,
-		addrs:  map[netip.Addr]struct{}{},
-		counts: map[string]int{},
+		name:  linkName,
+		index: 2,
+		addrs: map[netip.Addr]struct{}{},
 	}
 }
 
@@ -82,27 +83,6 @@ func (f *Fake) SetLinkIndex(i int) {
 	f.mu.Unlock()
 }
 
-// Count returns how many times verb was called (failed calls included).
-func (f *Fake) Count(verb string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.counts[verb]
-}
-
-// Counts returns a copy of every verb's call count.
-func (f *Fake) Counts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.counts)
-}
-
-// ResetCounts zeroes every call count.
-func (f *Fake) ResetCounts() {
-	f.mu.Lock()
-	clear(f.counts)
-	f.mu.Unlock()
-}
-
 // Addresses returns the bound addresses, sorted, without counting a call.
 func (f *Fake) Addresses() []netip.Addr {
 	f.mu.Lock()
@@ -112,7 +92,7 @@ func (f *Fake) Addresses() []netip.Addr {
 
 // begin counts the call and runs the injection hook; f.mu must be held.
 func (f *Fake) begin(verb string, addr netip.Addr) error {
-	f.counts[verb]++
+	f.Inc(verb)
 	if f.inject != nil {
 		return f.inject(Call{Verb: verb, Addr: addr})
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 
+	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
@@ -92,7 +93,7 @@ func Compare(want *Desired, have *Actual, linkName string) Diff {
 		add(OpMissing, "link", fmt.Sprintf("link %s type dummy", linkName), "")
 	}
 	compareVS(want, have, add)
-	mergeWalk(have.Addresses, want.Addresses, netip.Addr.Compare,
+	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
 		func(a netip.Addr) {
 			if !excluded(have.Exclude, a) {
 				add(OpExtra, "address", addrLine(a, linkName), "")
@@ -111,7 +112,7 @@ func Compare(want *Desired, have *Actual, linkName string) Diff {
 	entryLine := func(e sync.SetEntry) string {
 		return fmt.Sprintf("add %s %s", e.Set, e.Entry.Format(types[e.Set]))
 	}
-	mergeWalk(have.Entries, want.Entries, CompareSetEntries,
+	sorted.Walk(have.Entries, want.Entries, CompareSetEntries,
 		func(e sync.SetEntry) { add(OpExtra, "set_entry", entryLine(e), "") },
 		func(e sync.SetEntry) { add(OpMissing, "set_entry", entryLine(e), "") },
 		func(_, _ sync.SetEntry) {})
@@ -128,7 +129,7 @@ func compareVS(want *Desired, have *Actual, add addFunc) {
 			owned = append(owned, kv)
 		}
 	}
-	mergeWalk(owned, want.VirtualServers,
+	sorted.Walk(owned, want.VirtualServers,
 		func(k KernelVS, w sync.VirtualServerState) int {
 			return ipvs.CompareServiceKeys(k.VS.ServiceKey, w.VS.ServiceKey)
 		},
@@ -153,7 +154,7 @@ func compareVS(want *Desired, have *Actual, add addFunc) {
 }
 
 func compareReals(vs ipvs.ServiceKey, have, want []ipvs.RealServer, add addFunc) {
-	mergeWalk(have, want, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
+	sorted.Walk(have, want, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
 		func(rs ipvs.RealServer) {
 			op := OpExtra
 			if rs.Weight == 0 {
@@ -183,33 +184,4 @@ func createLine(s ipset.Set) string {
 		return fmt.Sprintf("create %s %s range %d-%d", s.Name, s.Type, from, to)
 	}
 	return fmt.Sprintf("create %s %s family %s hashsize %d maxelem %d", s.Name, s.Type, s.Family, s.HashSize, s.MaxElem)
-}
-
-// mergeWalk walks two slices sorted by compare in step, like the engine's
-// reconciler, calling onlyOld, onlyNew or both for each key.
-func mergeWalk[A, B any](old []A, new []B, compare func(a A, b B) int, onlyOld func(A), onlyNew func(B), both func(A, B)) {
-	i, j := 0, 0
-	for i < len(old) || j < len(new) {
-		c := 0
-		switch {
-		case j == len(new):
-			c = -1
-		case i == len(old):
-			c = 1
-		default:
-			c = compare(old[i], new[j])
-		}
-		switch {
-		case c < 0:
-			onlyOld(old[i])
-			i++
-		case c > 0:
-			onlyNew(new[j])
-			j++
-		default:
-			both(old[i], new[j])
-			i++
-			j++
-		}
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
 // Verbs name the operations of Interface, for Fake's counters and its
@@ -33,9 +35,9 @@ type Fake struct {
 	// call is still counted. Set it while no operation is in flight.
 	Inject func(verb, set string, e *Entry) error
 
-	mu     sync.Mutex
-	sets   map[string]*fakeSet
-	counts map[string]int
+	mu   sync.Mutex
+	sets map[string]*fakeSet
+	calls.Counter
 }
 
 type fakeSet struct {
@@ -52,11 +54,10 @@ func NewFake() *Fake { return &Fake{} }
 // must unlock when begin returns nil and also when it returns an error.
 func (f *Fake) begin(verb, set string, e *Entry) error {
 	f.mu.Lock()
-	if f.counts == nil {
-		f.counts = map[string]int{}
+	if f.sets == nil {
 		f.sets = map[string]*fakeSet{}
 	}
-	f.counts[verb]++
+	f.Inc(verb)
 	if f.Inject == nil {
 		return nil
 	}
@@ -188,28 +189,6 @@ func (f *Fake) SwapSets(a, b string) error {
 	sa.hdr.Name, sb.hdr.Name = b, a
 	f.sets[a], f.sets[b] = sb, sa
 	return nil
-}
-
-// Count returns how many times the operation verb (VerbAdd ...) was
-// called since the last ResetCounts, failed calls included.
-func (f *Fake) Count(verb string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.counts[verb]
-}
-
-// Counts returns a copy of every verb's count.
-func (f *Fake) Counts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.counts)
-}
-
-// ResetCounts zeroes every counter, e.g. after a test's setup.
-func (f *Fake) ResetCounts() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	clear(f.counts)
 }
 
 // Entries returns the entries of set formatted as `ipset save` prints

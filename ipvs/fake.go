@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
 // Fake is an in-memory IPVS for unit tests. It keeps the kernel's
@@ -27,9 +29,9 @@ type Fake struct {
 	mu       sync.Mutex
 	services map[ServiceKey]*fakeService
 	timeouts Timeouts
-	counts   map[string]int
-	faults   []*fault
-	nextID   int
+	calls.Counter
+	faults []*fault
+	nextID int
 }
 
 type fakeService struct {
@@ -71,7 +73,6 @@ func NewFake() *Fake {
 	return &Fake{
 		services: map[ServiceKey]*fakeService{},
 		timeouts: defaultTimeouts,
-		counts:   map[string]int{},
 	}
 }
 
@@ -95,24 +96,7 @@ func (f *Fake) Count(verb string) int {
 	if !verbs[verb] {
 		panic(fmt.Sprintf("ipvs.Fake.Count: unknown verb %q", verb))
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.counts[verb]
-}
-
-// Counts returns a copy of all non-zero counters, by verb.
-func (f *Fake) Counts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.counts)
-}
-
-// ResetCounts zeroes the counters, typically after a test has built its
-// starting state.
-func (f *Fake) ResetCounts() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	clear(f.counts)
+	return f.Counter.Count(verb)
 }
 
 // FailOn makes calls of verb for which match returns true (nil matches
@@ -154,7 +138,7 @@ func (f *Fake) addFault(verb string, match func(Call) bool, err error, n int) fu
 // begin counts a call and returns the injected error for it, if any.
 // The caller holds f.mu.
 func (f *Fake) begin(c Call, sched string) error {
-	f.counts[c.Verb]++
+	f.Inc(c.Verb)
 	for i, ft := range f.faults {
 		if (ft.verb != "" && ft.verb != c.Verb) || (ft.match != nil && !ft.match(c)) {
 			continue

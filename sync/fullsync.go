@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
@@ -190,7 +191,7 @@ func (r *Reconciler) adoptKey(key string, w *ServiceState, snap *kernelSnapshot)
 		}
 		rec := &got.VirtualServers[i]
 		rec.Reals = slices.Clone(rec.Reals)
-		mergeWalk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+		sorted.Walk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
 			func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
 			func(k, _ ipvs.RealServer) {
 				if !slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == k.RealKey }) {

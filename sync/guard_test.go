@@ -16,6 +16,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
@@ -149,14 +150,14 @@ func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 	w := map[string]int{}
 	vsCmp := func(a, b VirtualServerState) int { return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey) }
 	realCmp := func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) }
-	mergeWalk(oldSt.VirtualServers, newSt.VirtualServers, vsCmp,
+	sorted.Walk(oldSt.VirtualServers, newSt.VirtualServers, vsCmp,
 		func(VirtualServerState) { w["DeleteVirtualServer"]++ },
 		func(n VirtualServerState) { w["AddVirtualServer"]++; w["AddRealServer"] += len(n.Reals) },
 		func(o, n VirtualServerState) {
 			if !o.VS.Equal(n.VS) {
 				w["UpdateVirtualServer"]++
 			}
-			mergeWalk(o.Reals, n.Reals, realCmp,
+			sorted.Walk(o.Reals, n.Reals, realCmp,
 				func(ipvs.RealServer) { w["DeleteRealServer"]++ },
 				func(ipvs.RealServer) { w["AddRealServer"]++ },
 				func(o, n ipvs.RealServer) {
@@ -165,11 +166,11 @@ func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 					}
 				})
 		})
-	mergeWalk(oldSt.Addresses, newSt.Addresses, netip.Addr.Compare,
+	sorted.Walk(oldSt.Addresses, newSt.Addresses, netip.Addr.Compare,
 		func(netip.Addr) { w[dummyif.VerbDeleteAddress]++ },
 		func(netip.Addr) { w[dummyif.VerbAddAddress]++ },
 		func(_, _ netip.Addr) {})
-	mergeWalk(oldSt.Entries, newSt.Entries, compareSetEntry,
+	sorted.Walk(oldSt.Entries, newSt.Entries, compareSetEntry,
 		func(SetEntry) { w[ipset.VerbDel]++ },
 		func(SetEntry) { w[ipset.VerbAdd]++ },
 		func(_, _ SetEntry) {})

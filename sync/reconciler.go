@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
@@ -136,7 +137,7 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 
 	// Bind new addresses first, so a new virtual server answers at once.
 	var unbind []netip.Addr
-	mergeWalk(have.Addresses, want.Addresses, netip.Addr.Compare,
+	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
 		func(a netip.Addr) { unbind = append(unbind, a) },
 		func(a netip.Addr) {
 			if err := r.bind(a); err != nil {
@@ -147,7 +148,7 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 		},
 		func(a, _ netip.Addr) { got.Addresses = append(got.Addresses, a) })
 
-	mergeWalk(have.VirtualServers, want.VirtualServers, compareVSS,
+	sorted.Walk(have.VirtualServers, want.VirtualServers, compareVSS,
 		func(o VirtualServerState) {
 			if err := r.deleteVS(key, o); err != nil {
 				errs = append(errs, err)
@@ -171,7 +172,7 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 			got.VirtualServers = append(got.VirtualServers, s)
 		})
 
-	mergeWalk(have.Entries, want.Entries, compareSetEntry,
+	sorted.Walk(have.Entries, want.Entries, compareSetEntry,
 		func(e SetEntry) {
 			if err := r.removeEntry(e); err != nil {
 				errs = append(errs, err)
@@ -324,7 +325,7 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 			got.VS = n.VS
 		}
 	}
-	mergeWalk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+	sorted.Walk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
 		func(rs ipvs.RealServer) {
 			if err := r.retireReal(k, rs); err != nil {
 				errs = append(errs, err)

@@ -115,33 +115,3 @@ func compareSetEntry(a, b SetEntry) int {
 	}
 	return cmp.Compare(x.Net.Bits(), y.Net.Bits())
 }
-
-// mergeWalk walks two sorted slices in step and calls onlyOld, onlyNew or
-// both for each key. It is the diff at the heart of the reconciler: one pass,
-// no allocation.
-func mergeWalk[T any](old, new []T, compare func(a, b T) int, onlyOld, onlyNew func(T), both func(o, n T)) {
-	i, j := 0, 0
-	for i < len(old) || j < len(new) {
-		switch {
-		case j == len(new):
-			onlyOld(old[i])
-			i++
-		case i == len(old):
-			onlyNew(new[j])
-			j++
-		default:
-			switch c := compare(old[i], new[j]); {
-			case c < 0:
-				onlyOld(old[i])
-				i++
-			case c > 0:
-				onlyNew(new[j])
-				j++
-			default:
-				both(old[i], new[j])
-				i++
-				j++
-			}
-		}
-	}
-}
