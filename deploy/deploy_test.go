@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -258,11 +258,15 @@ func TestDaemonSetRunsTheBinaryAsConfigured(t *testing.T) {
 		t.Errorf("metrics containerPort %d, want %d", got, want)
 	}
 
-	// The init container must set up the same strict-ARP sysctls the
-	// config asks for, as the main container cannot write /proc/sys.
+	// The init container runs `ipvsproxy prepare-node` with the proxy's
+	// own arguments and config, so it sets exactly the sysctls the proxy
+	// would (the main container cannot write /proc/sys).
 	prep := spec.InitContainers[0]
-	if envValue(prep, "STRICT_ARP") != strconv.FormatBool(o.StrictARP) {
-		t.Errorf("node-prep STRICT_ARP=%q but ipvs.strictARP is %v", envValue(prep, "STRICT_ARP"), o.StrictARP)
+	if !slices.Equal(prep.Args, c.Args) {
+		t.Errorf("node-prep args %q differ from the proxy's %q", prep.Args, c.Args)
+	}
+	if !slices.ContainsFunc(prep.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "config" }) {
+		t.Error("node-prep does not mount the config")
 	}
 	if prep.Image != c.Image {
 		t.Errorf("node-prep image %s differs from %s", prep.Image, c.Image)
@@ -335,15 +339,6 @@ func containerPort(c corev1.Container, name string) int32 {
 		}
 	}
 	return 0
-}
-
-func envValue(c corev1.Container, name string) string {
-	for _, e := range c.Env {
-		if e.Name == name {
-			return e.Value
-		}
-	}
-	return ""
 }
 
 func envFieldRef(c corev1.Container, name string) string {

@@ -53,7 +53,7 @@ mode and keeps its names, flags and metrics.`,
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fail(c, fmt.Errorf("%v (see --help)", err))
 	})
-	cmd.AddCommand(newCleanupCommand(), newDiffCommand(), newStatusCommand())
+	cmd.AddCommand(newCleanupCommand(), newDiffCommand(), newStatusCommand(), newPrepareNodeCommand())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

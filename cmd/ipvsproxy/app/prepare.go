@@ -1,0 +1,39 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipvsproxy/ipvsproxy/sysctl"
+)
+
+// newPrepareNodeCommand is `ipvsproxy prepare-node`: the kernel settings
+// the proxy makes at start (kube-proxy's IPVS sysctls, strict ARP,
+// conntrack sizing and timeouts), applied once and exited. The DaemonSet's
+// short privileged init container runs it with the proxy's own flags, so
+// the long-running container — which sees /proc/sys read-only — finds
+// everything set and writes nothing. One implementation serves both.
+func newPrepareNodeCommand() *cobra.Command {
+	cmd, _ := toolCommand("prepare-node", "Apply the kernel settings ipvsproxy needs (sysctls, conntrack sizing) and exit; for a privileged init container",
+		func(cmd *cobra.Command, o *Options) error {
+			if err := prepareNode(o, sysctl.New(), &sysctl.Proc{Root: hashsizeDir}, numCPU()); err != nil {
+				return fail(cmd, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "node prepared")
+			return nil
+		})
+	return cmd
+}
+
+// prepareNode writes what Run would write at start, and nothing when the
+// node already has it.
+func prepareNode(o *Options, sc, hashsize sysctl.Interface, cpus int) error {
+	if err := startupSysctls(sc, o.StrictARP); err != nil {
+		return err
+	}
+	if err := o.Conntrack.apply(sc, hashsize, cpus); err != nil {
+		return fmt.Errorf("conntrack settings: %w", err)
+	}
+	return nil
+}
