@@ -101,31 +101,30 @@ func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*disco
 	b.entry(SetClusterIP, v6, ipset.Entry{IP: ip, Protocol: proto.String(), Port: port})
 
 	for _, eip := range b.externalIPs {
-		if eip.Is6() != v6 {
-			continue
-		}
-		b.virtualServer(eip, proto, port, external)
-		b.bindUnlessHost(eip)
-		e := ipset.Entry{IP: eip, Protocol: proto.String(), Port: port}
-		b.entry(SetExternalIP, v6, e)
-		if local {
-			b.entry(SetExternalIPLocal, v6, e)
+		if eip.Is6() == v6 {
+			b.externallyReached(eip, proto, port, external, SetExternalIP, SetExternalIPLocal, local)
 		}
 	}
 	for _, lb := range b.lbIPs {
-		if lb.Is6() != v6 {
-			continue
+		if lb.Is6() == v6 {
+			b.externallyReached(lb, proto, port, external, SetLoadBalancer, SetLoadBalancerLocal, local)
+			b.sourceRangeEntries(lb, proto, port, v6)
 		}
-		b.virtualServer(lb, proto, port, external)
-		b.bindUnlessHost(lb)
-		e := ipset.Entry{IP: lb, Protocol: proto.String(), Port: port}
-		b.entry(SetLoadBalancer, v6, e)
-		if local {
-			b.entry(SetLoadBalancerLocal, v6, e)
-		}
-		b.sourceRangeEntries(lb, proto, port, v6)
 	}
 	b.nodePort(sp, proto, v6, local, external)
+}
+
+// externallyReached adds the virtual server of an external or
+// load-balancer IP: bound unless the node already has the address, listed
+// in its set, and in the set's -LOCAL twin under externalTrafficPolicy=Local.
+func (b *serviceBuilder) externallyReached(ip netip.Addr, proto ipvs.Protocol, port uint16, eps []endpoint, set, localSet string, local bool) {
+	b.virtualServer(ip, proto, port, eps)
+	b.bindUnlessHost(ip)
+	e := ipset.Entry{IP: ip, Protocol: proto.String(), Port: port}
+	b.entry(set, ip.Is6(), e)
+	if local {
+		b.entry(localSet, ip.Is6(), e)
+	}
 }
 
 // sourceRangeEntries restricts a load-balancer IP:port to its
