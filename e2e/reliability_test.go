@@ -266,14 +266,21 @@ func waitRemoved(t *testing.T, vs string, pods []*framework.Pod, since map[*fram
 	return removed
 }
 
-// A UDP backend replaced: a client sending from one fixed source port
-// (one conntrack flow, which would stay pinned to the old backend) gets
-// its next datagrams answered by the new backend within seconds, because
-// ipvsproxy deleted the stale conntrack entry. The old pod keeps running,
-// so a stale entry would show as answers from it, not as silence.
+// A UDP backend replaced, for a client sending from one fixed source port
+// (one conntrack flow, which would stay pinned to the old backend). The
+// old pods keep running, so a stale flow shows as answers from the old
+// backend, not as silence.
+//
+// Proof phase: the client is quiet while its backend is replaced, so no
+// datagram of its own can re-point the flow; once the kernel dropped the
+// old real server, the conntrack entry via the old backend must be gone
+// (ipvsproxy deleted it: ipvsproxy_conntrack_udp_entries_deleted_total
+// grows) and the next datagram is answered by the new backend.
+// Busy phase: the client keeps sending every 50 ms while the backend is
+// replaced again; it must reach the new backend within 3 s.
 func TestUDPBackendReplaced(t *testing.T) {
 	proxy(t)
-	pods := startPods(t, "udprep", 2, nil, []int{5353})
+	pods := startPods(t, "udprep", 3, nil, []int{5353})
 	ts := createService(t, namespace(t), "udprep", pods[:1], dnsPort)
 	waitKernel(t, programTimeout, "UDP service programmed", ts.kernelMatches)
 	const srcPort = 40053
@@ -282,7 +289,7 @@ func TestUDPBackendReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer u.Close()
-	for i := 0; i < 5; i++ {
+	for i := 0; i < 3; i++ {
 		if name, err := u.Ask(2 * time.Second); err != nil || name != pods[0].Name {
 			t.Fatalf("before the change: answer %q, %v; want %s", name, err, pods[0].Name)
 		}
@@ -295,40 +302,60 @@ func TestUDPBackendReplaced(t *testing.T) {
 
 	const deleted = "ipvsproxy_conntrack_udp_entries_deleted_total"
 	deletedBefore := metric(t, deleted)
-	ts.setEndpoints(pods[1])
 	changed := time.Now()
+	ts.setEndpoints(pods[1])
+	waitKernel(t, programTimeout, "old UDP real server deleted, new one added", ts.kernelMatches)
+	err = framework.Eventually(3*time.Second, 50*time.Millisecond, func() error {
+		if f := flowsTo(t, ts.VIP, srcPort); anyContains(f, "src="+pods[0].IP+" ") {
+			return fmt.Errorf("conntrack entry via the removed backend %s still there: %v", pods[0].IP, f)
+		}
+		return nil
+	})
+	gone := time.Since(changed)
+	n := metric(t, deleted) - deletedBefore
+	t.Logf("FIGURE udp: quiet client: conntrack entry via the old backend gone %v after the change; %s grew by %v",
+		gone.Round(time.Millisecond), deleted, n)
+	if err != nil {
+		t.Errorf("PRODUCT BUG (stale UDP conntrack): %v (%s grew by %v)\n%s", err, deleted, n, framework.DumpKernel())
+	}
+	if n < 1 {
+		t.Errorf("PRODUCT BUG (stale UDP conntrack): %s grew by %v: ipvsproxy deleted no conntrack entry", deleted, n)
+	}
+	if name, err := u.Ask(2 * time.Second); err != nil || name != pods[1].Name {
+		t.Errorf("first datagram after the change: answer %q, %v; want %s", name, err, pods[1].Name)
+	}
+	busySwitch(t, ts, u, pods[1], pods[2])
+}
+
+// busySwitch replaces from by to while the pinned client keeps sending,
+// and measures when to answers.
+func busySwitch(t *testing.T, ts *testService, u *framework.PinnedUDP, from, to *framework.Pod) {
+	t.Helper()
+	changed := time.Now()
+	ts.setEndpoints(to)
 	var stale, lost int
-	err = framework.Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	err := framework.Eventually(10*time.Second, 50*time.Millisecond, func() error {
 		name, err := u.Ask(300 * time.Millisecond)
 		switch {
 		case err != nil:
 			lost++
 			return err
-		case name != pods[1].Name:
+		case name != to.Name:
 			stale++
 			return fmt.Errorf("answered by %s", name)
 		}
 		return nil
 	})
 	took := time.Since(changed)
-	after := flowsTo(t, ts.VIP, srcPort)
-	t.Logf("conntrack after: %v", after)
-	t.Logf("FIGURE udp: new backend answered the pinned client %v after the change; %d answers from the old backend, %d lost datagrams meanwhile",
+	t.Logf("conntrack after: %v", flowsTo(t, ts.VIP, 40053))
+	t.Logf("FIGURE udp: busy client: new backend answered %v after the change; %d answers from the old backend, %d lost datagrams meanwhile",
 		took.Round(time.Millisecond), stale, lost)
 	if err != nil {
-		t.Fatalf("the client from port %d never reached %s: %v (old backend answered %d times: stale conntrack/IPVS flow)\n%s",
-			srcPort, pods[1].Name, err, stale, framework.DumpKernel())
+		t.Fatalf("the pinned client never reached %s: %v (old backend %s answered %d times)\n%s",
+			to.Name, err, from.Name, stale, framework.DumpKernel())
 	}
 	if took > 3*time.Second {
 		t.Errorf("new backend reached after %v, want within 3 s", took)
-	}
-	if n := metric(t, deleted) - deletedBefore; n < 1 {
-		t.Errorf("%s grew by %v: ipvsproxy deleted no conntrack entry", deleted, n)
-	} else {
-		t.Logf("FIGURE udp: %s grew by %v", deleted, n)
-	}
-	if anyContains(after, "src="+pods[0].IP+" ") {
-		t.Errorf("conntrack entry via the removed backend %s still there: %v", pods[0].IP, after)
 	}
 }
 
