@@ -97,6 +97,21 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 12, all)
 }
 
+// internalTrafficPolicy=Local: the ClusterIP sends only to the endpoints
+// on this node.
+func TestInternalTrafficPolicyLocal(t *testing.T) {
+	proxy(t)
+	local := startPods(t, "itp-local", 1, []int{8080}, nil)
+	remote := startPods(t, "itp-remote", 1, []int{8080}, nil)
+	spec := framework.ClusterIPService(namespace(t), "itp", httpPort)
+	itp := corev1.ServiceInternalTrafficPolicyLocal
+	spec.Spec.InternalTrafficPolicy = &itp
+	ts := applyService(t, spec, nil)
+	setPlacedEndpoints(t, ts, local, remote)
+	waitReals(t, vs(corev1.ProtocolTCP, ts.VIP, 80), reals(local, 8080))
+	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 6, local)
+}
+
 // Endpoints that are all terminating but still serving keep the service
 // answering (fallback); once a ready endpoint exists, only it gets new
 // connections.

@@ -234,3 +234,73 @@ func vsConns(t *testing.T, key string) uint64 {
 	}
 	return stats[key].Conns
 }
+
+// Of two LB ingress IPs the one with ipMode Proxy gets no virtual server
+// and no kube-ipvs0 address (the load balancer proxies to the node; it is
+// not meant to reach the node with that destination); the VIP-mode one does.
+func TestLoadBalancerIPModeProxy(t *testing.T) {
+	proxy(t)
+	const vipIP, proxyIP = "203.0.113.40", "203.0.113.41"
+	pods := startPods(t, "ipmode", 1, []int{8080}, nil)
+	ns := namespace(t)
+	applyService(t, framework.LoadBalancerService(ns, "ipmode", httpPort), pods)
+	svc, err := cluster.Client.CoreV1().Services(ns).Get(ctx(t), "ipmode", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip, prx := corev1.LoadBalancerIPModeVIP, corev1.LoadBalancerIPModeProxy
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: vipIP, IPMode: &vip}, {IP: proxyIP, IPMode: &prx}}
+	if _, err := cluster.Client.CoreV1().Services(ns).UpdateStatus(ctx(t), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReals(t, vs(corev1.ProtocolTCP, vipIP, 80), reals(pods, 8080))
+	expectAllAnswer(t, framework.GetTCP, vipIP, 80, 4, pods)
+	vss, err := framework.IPVS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := vss[vs(corev1.ProtocolTCP, proxyIP, 80)]; v != nil {
+		t.Errorf("ipMode Proxy ingress %s has a virtual server %+v\n%s", proxyIP, v, framework.DumpKernel())
+	}
+	if ok, err := framework.HasAddr("kube-ipvs0", proxyIP); err != nil || ok {
+		t.Errorf("ipMode Proxy ingress %s on kube-ipvs0: %v (err %v)", proxyIP, ok, err)
+	}
+}
+
+// KUBE-IPVS-FILTER: a host process listening on every address must not
+// answer on a service address: a new connection to a ClusterIP port that
+// is no service port is rejected, while the same listener answers on the
+// node's own address.
+func TestHostPortProtection(t *testing.T) {
+	proxy(t)
+	pods := startPods(t, "hostport", 1, []int{8080}, nil)
+	ts := createService(t, namespace(t), "hostport", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	ln, err := net.Listen("tcp", ":9099")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 9\r\n\r\nhost-node"))
+			c.Close()
+		}
+	}()
+	c := startClient(t, "hostport", "10.20.7.2")
+	if name, err := c.GetTCP(nodeIP(t), 9099); err != nil || name != "host-node" {
+		t.Fatalf("host listener on the node IP: %q, %v", name, err)
+	}
+	for _, ask := range []framework.Ask{framework.GetTCP, c.GetTCP} {
+		if name, err := ask(ts.VIP, 9099); err == nil {
+			t.Errorf("host listener answered (%q) on ClusterIP %s:9099\n%s", name, ts.VIP, framework.DumpKernel())
+		} else {
+			t.Logf("rejected as expected: %v", err)
+		}
+	}
+	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 2, pods)
+}
