@@ -49,7 +49,8 @@ mode and keeps its names, flags and metrics.`,
 	cmd.Flags().BoolVar(&cleanupFlag, "cleanup", false, "Remove everything ipvsproxy made on this node and exit (same as `ipvsproxy cleanup`).")
 	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gofs)
-	cmd.Flags().AddGoFlagSet(gofs)
+	// Persistent, so every subcommand takes the proxy's -v too.
+	cmd.PersistentFlags().AddGoFlagSet(gofs)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fail(c, fmt.Errorf("%v (see --help)", err))
 	})

@@ -94,6 +94,11 @@ func (w *nodeWatcher) refresh() {
 		klog.ErrorS(err, "Reading the node's addresses")
 		return
 	}
+	// Link-local addresses come and go with every pod's veth (each gets its
+	// own fe80::) and can be neither a node port address nor an external
+	// or load-balancer IP: leaving them out keeps pod churn from looking
+	// like a node change, which would cost a full pass each time.
+	addrs = slices.DeleteFunc(addrs, func(a netip.Addr) bool { return a.IsLinkLocalUnicast() })
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	w.mu.Lock()
 	w.host = slices.Compact(addrs)
@@ -113,7 +118,7 @@ func (w *nodeWatcher) publish() {
 	if !changed {
 		return
 	}
-	klog.InfoS("Node addresses or zone changed", "nodePortAddresses", f.nodePorts, "zone", f.zone)
+	klog.InfoS("Node addresses or zone changed", "nodePortAddresses", f.nodePorts, "hostAddresses", f.host, "zone", f.zone)
 	w.update(func(c *sync.Config) {
 		c.Zone, c.NodePortAddresses, c.HostAddresses = f.zone, f.nodePorts, f.host
 	})

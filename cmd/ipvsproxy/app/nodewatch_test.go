@@ -90,6 +90,12 @@ func TestNodeWatcherPublishesOnlyChanges(t *testing.T) {
 	if len(got) != 2 || got[1].Zone != "zone-a" {
 		t.Fatalf("zone label: %+v", got)
 	}
+	// A pod's veth comes with its own link-local addresses: not a node change.
+	d.SetLocalAddresses(addrs("10.0.0.5", "127.0.0.1", "fe80::1c2b:3ff:fe4d:5e6f", "169.254.1.1")...)
+	w.refresh()
+	if len(got) != 2 {
+		t.Fatalf("link-local addresses of a pod veth published a node change: %+v", got[2:])
+	}
 	d.SetLocalAddresses(addrs("10.0.0.5", "10.0.0.6", "127.0.0.1")...)
 	w.refresh()
 	if len(got) != 3 || fmt.Sprint(got[2].NodePortAddresses) != "[10.0.0.5 10.0.0.6]" {
