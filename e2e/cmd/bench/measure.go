@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,7 @@ type result struct {
 	Proxy      string          `json:"proxy"`
 	N          int             `json:"services"`
 	Programmed time.Duration   `json:"programmedNs"` // start → kernel complete; 0 if never
+	IPVSDone   time.Duration   `json:"ipvsDoneNs"`   // start → every virtual server complete (sets maybe not yet)
 	VS, Reals  int             `json:"-"`
 	Latencies  []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
 	APIWrites  []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
@@ -77,10 +80,29 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 	if err != nil {
 		return fail("usage: %v", err)
 	}
+	saveMetrics(filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-metrics.txt", len(w.svcs), p.name)))
 	if r.Failures > 0 && r.err == "" {
 		r.err = fmt.Sprintf("%d of %d changes not seen in the kernel", r.Failures, c.changes)
 	}
 	return r
+}
+
+// saveMetrics keeps the proxy's /metrics (both serve kubeproxy_sync_*
+// histograms there): how long its syncs took explains the latencies.
+func saveMetrics(path string) {
+	resp, err := http.Get("http://127.0.0.1:10249/metrics")
+	if err != nil {
+		logf("metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		logf("metrics: %v", err)
+	}
 }
 
 // waitProgrammed polls the kernel until every expected virtual server
@@ -102,6 +124,9 @@ func waitProgrammed(c *config, w *workload, proc *running, begin time.Time, r *r
 		}
 		pr := measure(t, want)
 		done := pr.doneVS == pr.wantVS
+		if done && r.IPVSDone == 0 {
+			r.IPVSDone = time.Since(begin)
+		}
 		if done {
 			done = setEntries("KUBE-CLUSTER-IP") >= len(w.svcs) && setEntries("KUBE-NODE-PORT-TCP") >= w.nodePorts()
 		}

@@ -19,6 +19,7 @@ type row struct {
 
 var rows = []row{
 	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
+	{"… of which IPVS complete (virtual + real servers)", "s", func(r *result) float64 { return secs(r.IPVSDone) }},
 	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.cpuChildren }},
 	{"one endpoint change, API write → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.Latencies); return ms(p) }},
 	{"one endpoint change, API write → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.Latencies); return ms(p) }},
