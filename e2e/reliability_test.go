@@ -274,8 +274,12 @@ func waitRemoved(t *testing.T, vs string, pods []*framework.Pod, since map[*fram
 // Proof phase: the client is quiet while its backend is replaced, so no
 // datagram of its own can re-point the flow; once the kernel dropped the
 // old real server, the conntrack entry via the old backend must be gone
-// (ipvsproxy deleted it: ipvsproxy_conntrack_udp_entries_deleted_total
-// grows) and the next datagram is answered by the new backend.
+// and the next datagram is answered by the new backend. Two mechanisms
+// race to delete the entry: ipvsproxy's conntrack walk after the batch
+// (ipvsproxy_conntrack_udp_entries_deleted_total grows) and the kernel's
+// own flush of connections to a deleted destination (expire_nodest_conn=1,
+// set by ipvsproxy), which drops their conntrack entries; seen both ways
+// in the sandbox, so the counter is logged, not required.
 // Busy phase: the client keeps sending every 50 ms while the backend is
 // replaced again; it must reach the new backend within 3 s.
 func TestUDPBackendReplaced(t *testing.T) {
@@ -317,9 +321,6 @@ func TestUDPBackendReplaced(t *testing.T) {
 		gone.Round(time.Millisecond), deleted, n)
 	if err != nil {
 		t.Errorf("PRODUCT BUG (stale UDP conntrack): %v (%s grew by %v)\n%s", err, deleted, n, framework.DumpKernel())
-	}
-	if n < 1 {
-		t.Errorf("PRODUCT BUG (stale UDP conntrack): %s grew by %v: ipvsproxy deleted no conntrack entry", deleted, n)
 	}
 	if name, err := u.Ask(2 * time.Second); err != nil || name != pods[1].Name {
 		t.Errorf("first datagram after the change: answer %q, %v; want %s", name, err, pods[1].Name)
