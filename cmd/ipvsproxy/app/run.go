@@ -16,13 +16,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -160,31 +163,58 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = proxyLabelSelector() }))
-	svcInformer := factory.Core().V1().Services().Informer()
-	sliceInformer := factory.Discovery().V1().EndpointSlices().Informer()
+	svcInformer, sliceInformer, nodeInformer := newInformers(client, nodeName)
 	if _, err := svcInformer.AddEventHandler(tracker.ServiceHandler()); err != nil {
 		return err
 	}
 	if _, err := sliceInformer.AddEventHandler(tracker.EndpointSliceHandler()); err != nil {
 		return err
 	}
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.FieldSelector = "metadata.name=" + nodeName }))
-	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
 	if _, err := nodeInformer.AddEventHandler(node.handler()); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	nodeFactory.Start(ctx.Done())
+	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer, nodeInformer} {
+		go inf.RunWithContext(ctx)
+	}
 	runner.Run(ctx, func() bool {
 		return svcInformer.HasSynced() && sliceInformer.HasSynced() && nodeInformer.HasSynced()
 	})
-	factory.Shutdown()
-	nodeFactory.Shutdown()
 	klog.InfoS("Stopped; kernel state left in place")
 	return nil
+}
+
+// newInformers makes the three informers: Services and EndpointSlices with
+// kube-proxy's label selector, and this node's Node. Their list-watchers
+// retry an unavailable API server promptly (promptListWatch).
+func newInformers(client kubernetes.Interface, nodeName string) (svc, slices, node cache.SharedIndexInformer) {
+	sel := proxyLabelSelector()
+	withSel := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = sel; return o }
+	svc = cache.NewSharedIndexInformer(newPromptListWatch("services", &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Services("").List(ctx, withSel(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Services("").Watch(ctx, withSel(o))
+		},
+	}), &v1.Service{}, 0, cache.Indexers{})
+	slices = cache.NewSharedIndexInformer(newPromptListWatch("endpointslices", &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.DiscoveryV1().EndpointSlices("").List(ctx, withSel(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.DiscoveryV1().EndpointSlices("").Watch(ctx, withSel(o))
+		},
+	}), &discovery.EndpointSlice{}, 0, cache.Indexers{})
+	byName := func(o metav1.ListOptions) metav1.ListOptions { o.FieldSelector = "metadata.name=" + nodeName; return o }
+	node = cache.NewSharedIndexInformer(newPromptListWatch("nodes", &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Nodes().List(ctx, byName(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Nodes().Watch(ctx, byName(o))
+		},
+	}), &v1.Node{}, 0, cache.Indexers{})
+	return svc, slices, node
 }
 
 // proxyLabelSelector is kube-proxy's: skip objects another proxy handles
