@@ -151,7 +151,15 @@ func TestFirewallReloadRestored(t *testing.T) {
 	}
 	t.Logf("nat rules restored %v after the flush", time.Since(broken).Round(time.Millisecond))
 	// The monitor repaired it, not a periodic pass that happened to run.
-	if after := canaryRestores(t); after <= restores {
+	// It counts the repair just after writing the rules, so the count may
+	// trail the restored table by a moment.
+	var after float64
+	if err := framework.Eventually(2*time.Second, 50*time.Millisecond, func() error {
+		if after = canaryRestores(t); after <= restores {
+			return fmt.Errorf("not counted yet")
+		}
+		return nil
+	}); err != nil {
 		t.Errorf("ipvsproxy_iptables_canary_restores_total %v -> %v: the repair was not the canary monitor's", restores, after)
 	}
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
