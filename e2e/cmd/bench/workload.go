@@ -186,6 +186,9 @@ func (w *workload) grow(ctx context.Context, n, workers int) (time.Duration, err
 					return
 				}
 				svcs[i] = s
+				if i%1000 == 999 {
+					logf("created service %d", i)
+				}
 			}
 		}()
 	}
