@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime"
 	"syscall"
 	"unsafe"
 
@@ -53,11 +54,27 @@ func legacyGeneration(family Family, table string) (uint64, error) {
 		return 0, fmt.Errorf("iptables: raw socket: %w", err)
 	}
 	defer unix.Close(fd)
-	var buf [xtGetinfoSize]byte
+	// The kernel writes into these through raw pointers: keep them on the
+	// heap and pinned, so neither a stack move nor the collector can put
+	// them elsewhere mid-call.
+	buf, size := new([xtGetinfoSize]byte), new(uint32)
+	var pin runtime.Pinner
+	pin.Pin(buf)
+	pin.Pin(size)
+	defer pin.Unpin()
 	copy(buf[:xtTableNameSize-1], table) // the kernel reads the table name from the buffer
-	size := uint32(len(buf))
-	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), xtSoGetInfo,
-		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+	var errno syscall.Errno
+	for try := 0; try < 5; try++ {
+		*size = uint32(len(buf))
+		_, _, errno = unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), xtSoGetInfo,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(size)), 0)
+		// user-mode Linux answers EFAULT now and then for a valid buffer
+		// of a multi-threaded process; a real kernel does not. A retry
+		// costs nothing and keeps the monitor off its process fallback.
+		if errno != unix.EFAULT {
+			break
+		}
+	}
 	if errno != 0 {
 		return 0, fmt.Errorf("iptables: get info of %s table: %w", table, errno)
 	}
