@@ -15,7 +15,7 @@ LDFLAGS := -X github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/app.version=$(VERSION
 # Packages with tests that need a real kernel (build tag "sandbox").
 SANDBOX_PKGS = $(shell grep -l '^//go:build sandbox' --include='*_test.go' -r . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build unit lint sandbox-test e2e test demo bench clean
+.PHONY: all build unit lint sandbox-test e2e test demo bench bench-engine bench-kernel clean
 
 all: build
 
@@ -57,8 +57,16 @@ test: unit lint sandbox-test e2e
 demo: build
 	e2e/demo.sh
 
-bench:
+# Engine benchmarks (fake kernel), then the kernel benchmark against
+# kube-proxy in the sandbox (BENCH_N, default 1000; see docs/benchmarks.md).
+# Not part of `make test`.
+bench: bench-engine bench-kernel
+
+bench-engine:
 	$(GO) test -run '^$$' -bench . -benchmem ./sync/
+
+bench-kernel: build
+	e2e/bench.sh
 
 clean:
 	rm -rf $(BIN)
