@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +22,7 @@ type result struct {
 	N          int             `json:"services"`
 	Programmed time.Duration   `json:"programmedNs"` // start → kernel complete; 0 if never
 	IPVSDone   time.Duration   `json:"ipvsDoneNs"`   // start → every virtual server complete (sets maybe not yet)
+	FirstSync  time.Duration   `json:"firstSyncNs"`  // start → the proxy's own metrics show a finished sync per family
 	VS, Reals  int             `json:"-"`
 	Latencies  []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
 	APIWrites  []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
@@ -74,7 +77,13 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 	r.InitCPU, _ = proc.usage()
 	logf("%s: kernel complete after %.1fs (%d virtual servers, %d real servers), %.1f CPU s",
 		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.cpuChildren)
-	time.Sleep(2 * time.Second) // let the first sync's tail (logs, events) pass
+	// The changes measure a proxy at rest: a proxy may finish the kernel
+	// and still be inside its first sync (kube-proxy was, for minutes).
+	if err := waitFirstSync(c, proc, begin, r); err != nil {
+		return fail("%v", err)
+	}
+	logf("%s: first sync finished after %.1fs", p.name, r.FirstSync.Seconds())
+	time.Sleep(2 * time.Second)
 	runChanges(ctx, c, w, proc, r)
 	r.Total, err = proc.usage()
 	if err != nil {
@@ -103,6 +112,46 @@ func saveMetrics(path string) {
 	if err != nil {
 		logf("metrics: %v", err)
 	}
+}
+
+// waitFirstSync waits until every kubeproxy_sync_proxy_rules_duration_seconds_count
+// series (one per IP family in kube-proxy; both proxies export it) is ≥ 1.
+func waitFirstSync(c *config, proc *running, begin time.Time, r *result) error {
+	for time.Since(begin) < c.programTimeout {
+		if err := proc.exited(); err != nil {
+			return fmt.Errorf("%s exited during its first sync: %v", r.Proxy, err)
+		}
+		if syncedAll() {
+			r.FirstSync = time.Since(begin)
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("no finished sync in the metrics after %v", c.programTimeout)
+}
+
+func syncedAll() bool {
+	resp, err := http.Get("http://127.0.0.1:10249/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	seen := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "kubeproxy_sync_proxy_rules_duration_seconds_count") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err != nil || v < 1 {
+			return false
+		}
+		seen++
+	}
+	return seen > 0
 }
 
 // waitProgrammed polls the kernel until every expected virtual server

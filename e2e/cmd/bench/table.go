@@ -20,6 +20,7 @@ type row struct {
 var rows = []row{
 	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
 	{"… of which IPVS complete (virtual + real servers)", "s", func(r *result) float64 { return secs(r.IPVSDone) }},
+	{"start → first sync finished (the proxy's own metric)", "s", func(r *result) float64 { return secs(r.FirstSync) }},
 	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.cpuChildren }},
 	{"one endpoint change, API write → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.Latencies); return ms(p) }},
 	{"one endpoint change, API write → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.Latencies); return ms(p) }},
