@@ -65,8 +65,9 @@ bench: bench-engine bench-kernel
 bench-engine:
 	$(GO) test -run '^$$' -bench . -benchmem ./sync/
 
+BENCH_N ?= 1000
 bench-kernel: build
-	e2e/bench.sh
+	BENCH_N="$(BENCH_N)" e2e/bench.sh
 
 clean:
 	rm -rf $(BIN)
