@@ -93,7 +93,11 @@ func Run(ctx context.Context, o *Options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := sync.NewMetrics(reg)
 
-	v6 := ipv6Usable()
+	backend, err := iptablesBackend(o)
+	if err != nil {
+		return err
+	}
+	v6 := ipv6Usable(backend)
 	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
 		onFail: metrics.RestoreFailures.Inc}
 	detector, _ := o.localDetector()
@@ -102,7 +106,7 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	if setup.rules, err = ruleSyncers(o, detector, v6); err != nil {
+	if setup.rules, err = ruleSyncers(o, backend, detector, v6); err != nil {
 		return err
 	}
 	startCanaryMonitor(ctx, reg, setup.rules)
@@ -239,17 +243,7 @@ func newClient(o *Options) (kubernetes.Interface, error) {
 }
 
 // ruleSyncers builds one iptables rule syncer per family in use.
-func ruleSyncers(o *Options, detector iptables.LocalDetector, v6 bool) ([]*iptables.Syncer, error) {
-	backend, err := iptables.ParseBackend(o.IPTablesBackend)
-	if err != nil {
-		return nil, err
-	}
-	if backend == iptables.BackendAuto {
-		if backend, err = iptables.DetectBackend(); err != nil {
-			return nil, err
-		}
-		klog.InfoS("Detected the iptables backend", "backend", backend)
-	}
+func ruleSyncers(o *Options, backend iptables.Backend, detector iptables.LocalDetector, v6 bool) ([]*iptables.Syncer, error) {
 	families := []iptables.Family{iptables.IPv4}
 	if v6 {
 		families = append(families, iptables.IPv6)
@@ -314,10 +308,38 @@ func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, node stri
 	}
 }
 
-// ipv6Usable reports whether the node has IPv6 at all.
-func ipv6Usable() bool {
-	_, err := os.Stat("/proc/net/if_inet6")
-	return err == nil
+// iptablesBackend resolves --iptables-backend, detecting it for "auto"
+// as kube-proxy's wrapper does.
+func iptablesBackend(o *Options) (iptables.Backend, error) {
+	backend, err := iptables.ParseBackend(o.IPTablesBackend)
+	if err != nil || backend != iptables.BackendAuto {
+		return backend, err
+	}
+	if backend, err = iptables.DetectBackend(); err != nil {
+		return "", err
+	}
+	klog.InfoS("Detected the iptables backend", "backend", backend)
+	return backend, nil
+}
+
+// ipv6Usable reports whether IPv6 services can be programmed: the node
+// has IPv6 and ip6tables can read its nat table (a kernel without
+// ip6table_nat, or a missing ip6tables, makes the node single-stack
+// instead of failing every full pass), as kube-proxy decides.
+func ipv6Usable(backend iptables.Backend) bool {
+	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
+		klog.InfoS("IPv6 off: the kernel has no IPv6")
+		return false
+	}
+	r, err := iptables.NewExecRunner(iptables.IPv6, backend)
+	if err == nil {
+		_, err = r.Save("nat")
+	}
+	if err != nil {
+		klog.InfoS("IPv6 off: ip6tables cannot be used; IPv6 services are skipped", "err", err)
+		return false
+	}
+	return true
 }
 
 // serve listens on addr (empty: disabled) and serves h until ctx ends. A

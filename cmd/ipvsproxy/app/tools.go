@@ -155,7 +155,11 @@ func runCleanup(o *Options, out io.Writer) error {
 	exclude, _ := o.excludeCIDRs()
 	// The chains and jumps do not depend on the local-traffic detector, so
 	// any valid one names them; NodeCIDR would otherwise need the API.
-	rules, err := ruleSyncers(o, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable())
+	backend, err := iptablesBackend(o)
+	if err != nil {
+		return err
+	}
+	rules, err := ruleSyncers(o, backend, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable(backend))
 	if err != nil {
 		return err
 	}
@@ -194,7 +198,10 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	if err != nil {
 		return inspect.Diff{}, err
 	}
-	v6 := ipv6Usable()
+	v6, err := toolIPv6(o)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
 	cfg, err := diffConfig(o, k.Dummy, node, nodeName, v6)
 	if err != nil {
 		return inspect.Diff{}, err
@@ -262,7 +269,11 @@ func runStatus(ctx context.Context, o *Options, out io.Writer) error {
 	}
 	defer closeKernel()
 	exclude, _ := o.excludeCIDRs()
-	have, err := inspect.Read(k, sync.OwnedSets(true, ipv6Usable()), exclude, nil)
+	v6, err := toolIPv6(o)
+	if err != nil {
+		return err
+	}
+	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, nil)
 	if err != nil {
 		return err
 	}
@@ -307,4 +318,13 @@ func fetchMetrics(ctx context.Context, url string) (*inspect.ProxyMetrics, error
 		return nil, fmt.Errorf("%s", resp.Status)
 	}
 	return inspect.ParseMetrics(resp.Body)
+}
+
+// toolIPv6 decides, as the proxy does, whether this node programs IPv6.
+func toolIPv6(o *Options) (bool, error) {
+	backend, err := iptablesBackend(o)
+	if err != nil {
+		return false, err
+	}
+	return ipv6Usable(backend), nil
 }
