@@ -21,29 +21,22 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
-)
 
-func sh(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
+)
 
 func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	// Other software's state, made with the tools.
-	sh(t, "ipvsadm", "-A", "-t", "192.0.2.10:80", "-s", "rr")
-	sh(t, "ipvsadm", "-a", "-t", "192.0.2.10:80", "-r", "10.0.0.1:80", "-m")
-	sh(t, "ipset", "create", "MY-SET", "hash:ip")
-	sh(t, "ipset", "add", "MY-SET", "192.0.2.1")
-	sh(t, "iptables-legacy", "-t", "nat", "-N", "MY-CHAIN")
-	sh(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-j", "MY-CHAIN")
-	sh(t, "iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
-	sh(t, "ip", "link", "add", "eth9", "type", "dummy")
-	sh(t, "ip", "addr", "add", "192.168.1.10/24", "dev", "eth9")
-	iptBefore, vsBefore, setsBefore := sh(t, "iptables-legacy-save"), sh(t, "ipvsadm", "-Sn"), sh(t, "ipset", "list", "-n")
+	sandboxtest.Run(t, "ipvsadm", "-A", "-t", "192.0.2.10:80", "-s", "rr")
+	sandboxtest.Run(t, "ipvsadm", "-a", "-t", "192.0.2.10:80", "-r", "10.0.0.1:80", "-m")
+	sandboxtest.Run(t, "ipset", "create", "MY-SET", "hash:ip")
+	sandboxtest.Run(t, "ipset", "add", "MY-SET", "192.0.2.1")
+	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-N", "MY-CHAIN")
+	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-j", "MY-CHAIN")
+	sandboxtest.Run(t, "iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	sandboxtest.Run(t, "ip", "link", "add", "eth9", "type", "dummy")
+	sandboxtest.Run(t, "ip", "addr", "add", "192.168.1.10/24", "dev", "eth9")
+	iptBefore, vsBefore, setsBefore := sandboxtest.Run(t, "iptables-legacy-save"), sandboxtest.Run(t, "ipvsadm", "-Sn"), sandboxtest.Run(t, "ipset", "list", "-n")
 
 	// ipvsproxy's state, made by its adapters as the proxy makes it.
 	h, err := ipvs.New()
@@ -76,7 +69,7 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	if len(res.Failed) > 0 {
 		t.Fatal(res.Failed)
 	}
-	if out := sh(t, "ipvsadm", "-Sn"); !strings.Contains(out, "-A -t 10.96.0.10:80") || !strings.Contains(out, "-A -t 192.168.1.10:30080") {
+	if out := sandboxtest.Run(t, "ipvsadm", "-Sn"); !strings.Contains(out, "-A -t 10.96.0.10:80") || !strings.Contains(out, "-A -t 192.168.1.10:30080") {
 		t.Fatalf("set-up did not program the services:\n%s", out)
 	}
 
@@ -85,19 +78,19 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	if got != (Result{VirtualServers: 2, Sets: 17, Link: true}) {
 		t.Errorf("result = %+v", got)
 	}
-	if out := sh(t, "ipvsadm", "-Sn"); out != vsBefore {
+	if out := sandboxtest.Run(t, "ipvsadm", "-Sn"); out != vsBefore {
 		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", out, vsBefore)
 	}
-	if out := sh(t, "ipset", "list", "-n"); out != setsBefore {
+	if out := sandboxtest.Run(t, "ipset", "list", "-n"); out != setsBefore {
 		t.Errorf("ipset list -n after cleanup:\n%s\nwant:\n%s", out, setsBefore)
 	}
-	if out := sh(t, "iptables-legacy-save"); iptables.NormalizeSave([]byte(out)) != iptables.NormalizeSave([]byte(iptBefore)) {
+	if out := sandboxtest.Run(t, "iptables-legacy-save"); iptables.NormalizeSave([]byte(out)) != iptables.NormalizeSave([]byte(iptBefore)) {
 		t.Errorf("iptables-legacy-save after cleanup:\n%s\nwant:\n%s", out, iptBefore)
 	}
 	if out, err := exec.Command("ip", "link", "show", dummyif.DefaultLinkName).CombinedOutput(); err == nil {
 		t.Errorf("kube-ipvs0 still exists:\n%s", out)
 	}
-	if out := sh(t, "ip", "-o", "addr", "show", "dev", "eth9"); !strings.Contains(out, "192.168.1.10/24") {
+	if out := sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", "eth9"); !strings.Contains(out, "192.168.1.10/24") {
 		t.Errorf("the node's own address went: %s", out)
 	}
 	// Sanity: what survived is what was made by hand.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
 
 // echoEnv, when set, turns the test binary into a UDP echo server on the
@@ -50,22 +52,6 @@ func udpEcho(addrs []string) {
 	select {}
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("sandbox tests need root in a throw-away kernel: run them with e2e/sandbox/uml-run")
-	}
-}
-
-func sh(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 var (
 	vip     = netip.MustParseAddr("10.96.0.20")
 	podIP   = netip.MustParseAddr("10.244.1.2")
@@ -77,7 +63,7 @@ var (
 // the VIP; IPVS UDP services 10.96.0.20:53 and :54, both to 10.244.1.2:5353.
 func setupPod(t *testing.T) {
 	t.Helper()
-	requireRoot(t)
+	sandboxtest.RequireRoot(t)
 	for _, c := range [][]string{
 		{"sysctl", "-qw", "net.ipv4.vs.conntrack=1"},
 		// Conntrack only tracks a namespace once something needs it; on a
@@ -99,7 +85,7 @@ func setupPod(t *testing.T) {
 		{"ipvsadm", "-A", "-u", "10.96.0.20:54", "-s", "rr"},
 		{"ipvsadm", "-a", "-u", "10.96.0.20:54", "-r", "10.244.1.2:5353", "-m"},
 	} {
-		sh(t, c...)
+		sandboxtest.Run(t, c[0], c[1:]...)
 	}
 	echo := exec.Command("ip", "netns", "exec", "pod", os.Args[0])
 	echo.Env = append(os.Environ(), echoEnv+"=0.0.0.0:5353,0.0.0.0:5354")
@@ -213,11 +199,11 @@ func TestSandboxDeleteUDPRealTraffic(t *testing.T) {
 	exchange(t, svc53)
 	exchange(t, svc54)
 	exchange(t, direct)
-	t.Logf("ipvsadm -Ln --stats:\n%s", sh(t, "ipvsadm", "-Ln", "--stats"))
-	t.Logf("ipvsadm -Lnc:\n%s", sh(t, "ipvsadm", "-Lnc"))
+	t.Logf("ipvsadm -Ln --stats:\n%s", sandboxtest.Run(t, "ipvsadm", "-Ln", "--stats"))
+	t.Logf("ipvsadm -Lnc:\n%s", sandboxtest.Run(t, "ipvsadm", "-Lnc"))
 
 	before := listUDP(t)
-	t.Logf("conntrack -L -p udp before:\n%s", sh(t, "conntrack", "-L", "-p", "udp"))
+	t.Logf("conntrack -L -p udp before:\n%s", sandboxtest.Run(t, "conntrack", "-L", "-p", "udp"))
 	e53, ok := findByDst(before, svc53)
 	if !ok {
 		t.Fatalf("no conntrack entry for %s", svc53)
@@ -250,7 +236,7 @@ func TestSandboxDeleteUDPRealTraffic(t *testing.T) {
 		t.Fatalf("DeleteUDP(%s → %s) = %d, %v; want %d, nil", svc53, podIP, got, err, want)
 	}
 	after := listUDP(t)
-	t.Logf("conntrack -L -p udp after:\n%s", sh(t, "conntrack", "-L", "-p", "udp"))
+	t.Logf("conntrack -L -p udp after:\n%s", sandboxtest.Run(t, "conntrack", "-L", "-p", "udp"))
 	if _, ok := findByDst(after, svc53); ok {
 		t.Fatalf("entry for %s survived DeleteUDP", svc53)
 	}
@@ -282,7 +268,7 @@ func TestSandboxDeleteUDPRealTraffic(t *testing.T) {
 }
 
 func TestSandboxDeleteUDPNothingToDo(t *testing.T) {
-	requireRoot(t)
+	sandboxtest.RequireRoot(t)
 	n, err := New()
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +285,7 @@ func TestSandboxDeleteUDPNothingToDo(t *testing.T) {
 // TestSandboxMissingModule unloads nf_conntrack_netlink with on-demand
 // loading disabled, then puts both back.
 func TestSandboxMissingModule(t *testing.T) {
-	requireRoot(t)
+	sandboxtest.RequireRoot(t)
 	const helper = "/proc/sys/kernel/modprobe"
 	saved, err := os.ReadFile(helper)
 	if err != nil {
@@ -314,7 +300,7 @@ func TestSandboxMissingModule(t *testing.T) {
 			t.Errorf("reload nf_conntrack_netlink: %v\n%s", err, out)
 		}
 	})
-	sh(t, "rmmod", "nf_conntrack_netlink")
+	sandboxtest.Run(t, "rmmod", "nf_conntrack_netlink")
 	n, err := New()
 	t.Logf("error: %v", err)
 	if err == nil {

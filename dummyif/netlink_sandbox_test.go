@@ -15,29 +15,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("sandbox tests need root in a throw-away kernel: run them with e2e/sandbox/uml-run")
-	}
-}
-
-// sh runs a command and returns its combined output, failing on error.
-func sh(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
 
 // newLink returns a Netlink for name whose link is removed after the test.
 func newLink(t *testing.T, name string) *Netlink {
 	t.Helper()
-	requireRoot(t)
+	sandboxtest.RequireRoot(t)
 	n, err := New(name)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +51,7 @@ func TestSandboxEnsureLinkTwiceLeavesDummyDown(t *testing.T) {
 	if got := linkIndexOf(t, DefaultLinkName); got != idx {
 		t.Fatalf("second EnsureLink recreated the link: index %d, was %d", got, idx)
 	}
-	out := sh(t, "ip", "-d", "link", "show", "dev", DefaultLinkName)
+	out := sandboxtest.Run(t, "ip", "-d", "link", "show", "dev", DefaultLinkName)
 	if !strings.Contains(out, "state DOWN") || !strings.Contains(out, "\n    dummy ") || !strings.Contains(out, "NOARP") {
 		t.Fatalf("want a down NOARP dummy link, got:\n%s", out)
 	}
@@ -95,11 +80,11 @@ func TestSandboxAddListDeleteMatchesIP(t *testing.T) {
 		t.Fatalf("ListAddresses = %v, want %v", got, want)
 	}
 	// The fake's String must be what an operator sees (modulo ip's order).
-	real := sortedLines(sh(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName))
+	real := sortedLines(sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName))
 	if want := sortedLines(fake.String()); !slices.Equal(real, want) {
 		t.Fatalf("ip -o addr show:\n%s\nfake String():\n%s", strings.Join(real, "\n"), strings.Join(want, "\n"))
 	}
-	if out := sh(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName); strings.Contains(out, "tentative") {
+	if out := sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName); strings.Contains(out, "tentative") {
 		t.Fatalf("IPv6 address is tentative (unusable):\n%s", out)
 	}
 
@@ -112,7 +97,7 @@ func TestSandboxAddListDeleteMatchesIP(t *testing.T) {
 	if want := []netip.Addr{vip4}; !slices.Equal(got, want) {
 		t.Fatalf("after delete ListAddresses = %v, want %v", got, want)
 	}
-	if out := sh(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName); strings.Count(out, "\n") != 1 || !strings.Contains(out, " 10.96.0.10/32 ") {
+	if out := sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName); strings.Count(out, "\n") != 1 || !strings.Contains(out, " 10.96.0.10/32 ") {
 		t.Fatalf("ip -o addr show after delete:\n%s", out)
 	}
 }
@@ -135,12 +120,12 @@ func TestSandboxIPv6UsableWhenLinkDoesARP(t *testing.T) {
 	const name = "kube-arp0"
 	n := newLink(t, name)
 	mustNil(t, n.EnsureLink())
-	sh(t, "ip", "link", "set", "dev", name, "arp", "on", "up")
+	sandboxtest.Run(t, "ip", "link", "set", "dev", name, "arp", "on", "up")
 	plain := netip.MustParseAddr("fd00::21")
-	sh(t, "ip", "addr", "add", plain.String()+"/128", "dev", name)
+	sandboxtest.Run(t, "ip", "addr", "add", plain.String()+"/128", "dev", name)
 	ours := netip.MustParseAddr("fd00::20")
 	mustNil(t, n.AddAddress(ours))
-	out := sh(t, "ip", "-o", "addr", "show", "dev", name)
+	out := sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", name)
 	t.Logf("ip -o addr show dev %s:\n%s", name, out)
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if strings.Contains(l, ours.String()+"/") && strings.Contains(l, "tentative") {
@@ -186,7 +171,7 @@ func acceptOne(t *testing.T, addr netip.Addr) {
 func TestSandboxExistingNonDummyLink(t *testing.T) {
 	const name = "kube-veth0"
 	n := newLink(t, name)
-	sh(t, "ip", "link", "add", name, "type", "veth", "peer", "name", "kube-veth1")
+	sandboxtest.Run(t, "ip", "link", "add", name, "type", "veth", "peer", "name", "kube-veth1")
 	err := n.EnsureLink()
 	if err == nil || !strings.Contains(err.Error(), "not dummy") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("EnsureLink on a veth: err = %v, want one line saying it is not dummy", err)
@@ -233,7 +218,7 @@ func TestSandboxCachedIndexFollowsRecreatedLink(t *testing.T) {
 	n := newLink(t, DefaultLinkName)
 	mustNil(t, n.EnsureLink())
 	mustNil(t, n.AddAddress(vip4))
-	sh(t, "ip", "link", "del", DefaultLinkName)
+	sandboxtest.Run(t, "ip", "link", "del", DefaultLinkName)
 	if _, err := n.ListAddresses(); !errors.Is(err, ErrNoLink) {
 		t.Fatalf("ListAddresses with the link gone: err = %v, want ErrNoLink", err)
 	}
@@ -242,8 +227,8 @@ func TestSandboxCachedIndexFollowsRecreatedLink(t *testing.T) {
 	}
 	mustNil(t, n.DeleteAddress(vip4))
 	mustNil(t, n.EnsureLink())
-	sh(t, "ip", "link", "del", DefaultLinkName)
-	sh(t, "ip", "link", "add", DefaultLinkName, "type", "dummy")
+	sandboxtest.Run(t, "ip", "link", "del", DefaultLinkName)
+	sandboxtest.Run(t, "ip", "link", "add", DefaultLinkName, "type", "dummy")
 	mustNil(t, n.AddAddress(vip4b))
 	got, err := n.ListAddresses()
 	mustNil(t, err)
@@ -255,7 +240,7 @@ func TestSandboxCachedIndexFollowsRecreatedLink(t *testing.T) {
 // TestSandboxMissingDummyModule unloads the dummy driver with on-demand
 // module loading disabled, then puts both back.
 func TestSandboxMissingDummyModule(t *testing.T) {
-	requireRoot(t)
+	sandboxtest.RequireRoot(t)
 	const helper = "/proc/sys/kernel/modprobe"
 	saved, err := os.ReadFile(helper)
 	mustNil(t, err)
@@ -266,12 +251,12 @@ func TestSandboxMissingDummyModule(t *testing.T) {
 			t.Errorf("reload dummy: %v\n%s", err, out)
 		}
 	})
-	for _, l := range strings.Split(sh(t, "ip", "-o", "link", "show", "type", "dummy"), "\n") {
+	for _, l := range strings.Split(sandboxtest.Run(t, "ip", "-o", "link", "show", "type", "dummy"), "\n") {
 		if f := strings.Fields(l); len(f) > 1 {
-			sh(t, "ip", "link", "del", strings.TrimSuffix(f[1], ":"))
+			sandboxtest.Run(t, "ip", "link", "del", strings.TrimSuffix(f[1], ":"))
 		}
 	}
-	sh(t, "rmmod", "dummy")
+	sandboxtest.Run(t, "rmmod", "dummy")
 	n := newLink(t, DefaultLinkName)
 	err = n.EnsureLink()
 	t.Logf("error: %v", err)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
 
 // TestSandboxMonitorRestoresAfterWipe: with the real legacy iptables and
@@ -37,8 +39,8 @@ func TestSandboxMonitorRestoresAfterWipe(t *testing.T) {
 		if fam == IPv6 {
 			ipt = "ip6tables-legacy"
 		}
-		sh(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
-		sh(t, ipt, "-w", "-t", "nat", "-X", ChainCanary)
+		sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
+		sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-X", ChainCanary)
 		wiped := time.Now()
 		for restores.Load() == 0 && time.Since(wiped) < 3*time.Second {
 			time.Sleep(50 * time.Millisecond)
@@ -70,9 +72,9 @@ func TestSandboxGeneration(t *testing.T) {
 	if g2, _ := r.Generation(TableNAT); g2 != g1 {
 		t.Fatalf("generation moved without a change: %d, then %d", g1, g2)
 	}
-	sh(t, "iptables-legacy", "-w", "-t", "nat", "-N", "GEN-TEST")
+	sandboxtest.Run(t, "iptables-legacy", "-w", "-t", "nat", "-N", "GEN-TEST")
 	g3, _ := r.Generation(TableNAT)
-	sh(t, "iptables-legacy", "-w", "-t", "nat", "-X", "GEN-TEST")
+	sandboxtest.Run(t, "iptables-legacy", "-w", "-t", "nat", "-X", "GEN-TEST")
 	g4, _ := r.Generation(TableNAT)
 	if g3 == g1 || g4 == g3 {
 		t.Errorf("generation did not follow chain -N/-X: %d, %d, %d", g1, g3, g4)

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
 
 // TestSandboxIPVSFilterRealTraffic sends real TCP connections from a
@@ -17,19 +19,19 @@ import (
 func TestSandboxIPVSFilterRealTraffic(t *testing.T) {
 	createSets(t, IPv4)
 	const vip = "10.96.0.10"
-	sh(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
-	sh(t, "ip", "addr", "add", vip+"/32", "dev", "kube-ipvs0")
-	sh(t, "ip", "netns", "add", "client")
-	sh(t, "ip", "link", "add", "vcl0", "type", "veth", "peer", "name", "vcl1", "netns", "client")
-	sh(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "vcl0")
-	sh(t, "ip", "link", "set", "vcl0", "up")
+	sandboxtest.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
+	sandboxtest.Run(t, "ip", "addr", "add", vip+"/32", "dev", "kube-ipvs0")
+	sandboxtest.Run(t, "ip", "netns", "add", "client")
+	sandboxtest.Run(t, "ip", "link", "add", "vcl0", "type", "veth", "peer", "name", "vcl1", "netns", "client")
+	sandboxtest.Run(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "vcl0")
+	sandboxtest.Run(t, "ip", "link", "set", "vcl0", "up")
 	for _, args := range [][]string{
 		{"ip", "addr", "add", "192.168.77.2/24", "dev", "vcl1"},
 		{"ip", "link", "set", "vcl1", "up"},
 		{"ip", "link", "set", "lo", "up"},
 		{"ip", "route", "add", "10.96.0.0/16", "via", "192.168.77.1"},
 	} {
-		sh(t, "ip", append([]string{"netns", "exec", "client"}, args...)...)
+		sandboxtest.Run(t, "ip", append([]string{"netns", "exec", "client"}, args...)...)
 	}
 	defer func() {
 		_ = exec.Command("ip", "netns", "del", "client").Run()
@@ -38,8 +40,8 @@ func TestSandboxIPVSFilterRealTraffic(t *testing.T) {
 		_ = exec.Command("ipset", "flush", SetIPVSIPs).Run()
 		_ = exec.Command("ipset", "flush", SetClusterIP).Run()
 	}()
-	sh(t, "ipset", "add", SetIPVSIPs, vip)
-	sh(t, "ipset", "add", SetClusterIP, vip+",tcp:80")
+	sandboxtest.Run(t, "ipset", "add", SetIPVSIPs, vip)
+	sandboxtest.Run(t, "ipset", "add", SetClusterIP, vip+",tcp:80")
 
 	// Host processes listening on every address: the service port (no
 	// IPVS virtual server here, so the host answers it) and a host port.

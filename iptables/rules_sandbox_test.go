@@ -10,7 +10,6 @@ package iptables
 
 import (
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -18,6 +17,8 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	ipvsync "github.com/ipvsproxy/ipvsproxy/sync"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
 
 // countingRunner counts restores on a real runner.
@@ -29,13 +30,6 @@ type countingRunner struct {
 func (c *countingRunner) Restore(data []byte) error {
 	c.restores++
 	return c.Runner.Restore(data)
-}
-
-func sh(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 // createSets makes every ipset the engine creates (sync.OwnedSets), the
@@ -52,7 +46,7 @@ func createSets(t *testing.T, fam Family) {
 		} else {
 			args = append(args, "family", string(s.Family))
 		}
-		sh(t, "ipset", append(args, "-exist")...)
+		sandboxtest.Run(t, "ipset", append(args, "-exist")...)
 	}
 }
 
@@ -152,9 +146,9 @@ func drift(t *testing.T, fam Family, fake *FakeRunner) {
 	if fam == IPv6 {
 		ipt = "ip6tables-legacy"
 	}
-	sh(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
-	sh(t, ipt, "-w", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", commentServicePortals, "-j", ChainServices)
-	sh(t, ipt, "-w", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", commentForward, "-j", ChainForward)
+	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
+	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", commentServicePortals, "-j", ChainServices)
+	sandboxtest.Run(t, ipt, "-w", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", commentForward, "-j", ChainForward)
 	for _, err := range []error{
 		fake.FlushChain(TableNAT, ChainServices),
 		fake.DeleteRule(TableNAT, "PREROUTING", `-m comment --comment "kubernetes service portals" -j KUBE-SERVICES`),

@@ -1,0 +1,30 @@
+// Package sandboxtest holds what the adapters' real-kernel tests (build
+// tag sandbox, run inside user-mode Linux by `make sandbox-test`) share.
+package sandboxtest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// RequireRoot fails the test when not root: sandbox tests change the
+// kernel's state and belong in a throw-away kernel, never skipped.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("sandbox tests need root in a throw-away kernel: run them with e2e/sandbox/uml-run")
+	}
+}
+
+// Run runs a command (an operator's tool: ipvsadm, ipset, ip, iptables)
+// and returns its combined output, failing the test on error.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
