@@ -122,18 +122,6 @@ type step struct {
 	want string // "", "exist", "notexist" or "error"
 }
 
-func outcome(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case IsExist(err):
-		return "exist"
-	case IsNotExist(err):
-		return "notexist"
-	}
-	return "error"
-}
-
 func addVS(vs VirtualServer, want string) step {
 	return step{"add " + vs.String(), func(i Interface) error { return i.AddVirtualServer(vs) }, want}
 }
@@ -167,8 +155,8 @@ func run(t *testing.T, h *Handle, f *Fake, steps []step) {
 	t.Helper()
 	for _, s := range steps {
 		eh, ef := s.do(h), s.do(f)
-		if outcome(eh) != s.want || outcome(ef) != s.want {
-			t.Errorf("%s: kernel error %v (%q), fake error %v (%q), want %q", s.name, eh, outcome(eh), ef, outcome(ef), s.want)
+		if outcomeOf(eh) != s.want || outcomeOf(ef) != s.want {
+			t.Errorf("%s: kernel error %v (%q), fake error %v (%q), want %q", s.name, eh, outcomeOf(eh), ef, outcomeOf(ef), s.want)
 			continue
 		}
 		if eh != nil && eh.Error() != ef.Error() {
