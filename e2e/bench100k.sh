@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench100k.sh: issue 9's benchmark — ipvsproxy programming 100,000
+# Services × 10 endpoints into the sandbox's real kernel (docs/benchmarks.md,
+# "100,000 services (issue 9)"). On the host: packages, bin/ipvsproxy if
+# missing, the host tests of the fake API server, the benchmark binary;
+# then boot the sandbox and run e2e/cmd/bench100k there as root. No etcd
+# and no kube-apiserver: the objects come from a client-go fake clientset
+# served to the unmodified proxy process (see e2e/cmd/bench100k).
+#
+# Environment:
+#   BENCH100K_N=100000        services (10 endpoints each); 2000 is the smoke run
+#   BENCH100K_MEM=SIZE        guest memory (default: 1.5 GB + 60 kB per service, in whole GB)
+#   BENCH100K_TIMEOUT=SECONDS kill the sandbox after this long (default: 1800 + 0.15 s per service)
+#   BENCH100K_ARGS="..."      more flags for the benchmark (e.g. --full-passes 1)
+#   E2E_IPVSPROXY=PATH        ipvsproxy binary (default bin/ipvsproxy)
+# Results: e2e/out/bench100k-DATE/ (summary.md, bench100k.json, ipvsproxy.log,
+# ipset-list-t-*.txt, metrics-*.txt, output.log), also e2e/out/bench100k-latest.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+total_start=$(date +%s)
+trap print_timings EXIT
+
+n=${BENCH100K_N:-100000}
+# Measured (docs/benchmarks.md): the proxy ~30 kB per service, the guest
+# kernel ~7 kB (10 real servers, a virtual server, an address, set
+# entries), the generator and fake API server ~15 kB; plus the guest's base.
+mem=${BENCH100K_MEM:-$(( (1536 + n * 60 / 1000 + 1023) / 1024 ))G}
+timeout=${BENCH100K_TIMEOUT:-$(( 1800 + n * 15 / 100 ))}
+
+stage "packages"; install_packages; stage_done
+stage "binaries"
+ipvsproxy=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
+if [ ! -x "$ipvsproxy" ]; then
+  (cd "$repo" && make build)
+fi
+# The fake API server's own tests (host, seconds): informers get every
+# object by watch-list and by paged list; a broken server would otherwise
+# surface as a proxy that never finishes, hours into the sandbox.
+go_build_e2e test -tags e2e -count=1 ./e2e/cmd/bench100k
+go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench100k" ./e2e/cmd/bench100k
+stage_done
+
+export E2E_RESULTS; E2E_RESULTS=$(new_results bench100k)
+stage "sandbox (N = $n, --mem $mem)"
+set +e
+# shellcheck disable=SC2086 # BENCH100K_ARGS is a list of flags
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "$mem" -- \
+  "$repo/bin/e2e-bench100k" --n "$n" --ipvsproxy "$ipvsproxy" --results "$E2E_RESULTS" ${BENCH100K_ARGS:-})
+rc=$?
+set -e
+stage_done
+timings+=$(printf '  %-28s %4ds' total $(( $(date +%s) - total_start )))$'\n'
+echo "bench100k: results in $E2E_RESULTS" >&2
+[ "$rc" = 0 ] && echo "bench100k: done" >&2 || echo "bench100k: FAIL (status $rc)" >&2
+exit "$rc"

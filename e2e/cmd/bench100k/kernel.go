@@ -1,0 +1,242 @@
+//go:build e2e
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// ipvsCheck is one read of /proc/net/ip_vs held against the workload.
+type ipvsCheck struct {
+	Want      int           `json:"want"`      // virtual servers the workload asks for
+	Complete  int           `json:"complete"`  // of those, holding exactly their 10 real servers, all weight > 0
+	VS        int           `json:"vs"`        // IPv4 TCP virtual servers in the kernel
+	Reals     int           `json:"reals"`     // their real servers
+	Foreign   int           `json:"foreign"`   // virtual servers that are no service's
+	WrongReal int           `json:"wrongReal"` // real servers of another service, or at weight 0
+	Took      time.Duration `json:"tookNs"`    // the read and the check
+}
+
+func (c ipvsCheck) done() bool { return c.Complete == c.Want }
+
+func (c ipvsCheck) String() string {
+	return fmt.Sprintf("%d/%d virtual servers complete (kernel: %d virtual, %d real servers, %d foreign, %d wrong real servers; read in %.1fs)",
+		c.Complete, c.Want, c.VS, c.Reals, c.Foreign, c.WrongReal, c.Took.Seconds())
+}
+
+const (
+	vsCluster  = 1 // service's ClusterIP:80 is complete
+	vsNodePort = 2 // its nodeIP:nodePort is
+)
+
+// checkIPVS streams /proc/net/ip_vs — one read, no process, no netlink
+// request per virtual server, and no table in memory: every address maps
+// back to its service by arithmetic (workload.go). Lines look like
+//
+//	TCP  0A600001:0050 rr
+//	  -> 0A800001:1F90      Masq    1      0          0
+func checkIPVS(path string, w *workload) (ipvsCheck, error) {
+	start := time.Now()
+	f, err := os.Open(path)
+	if err != nil {
+		return ipvsCheck{}, err
+	}
+	defer f.Close()
+	c, err := w.checkIPVSText(bufio.NewReaderSize(f, 1<<20))
+	c.Took = time.Since(start)
+	return c, err
+}
+
+// vsBlock is the virtual server being read and what its real servers were.
+type vsBlock struct {
+	svc       int
+	bit       uint8 // vsCluster or vsNodePort; 0: not the workload's
+	good, bad int
+}
+
+func (w *workload) checkIPVSText(r *bufio.Reader) (ipvsCheck, error) {
+	c := ipvsCheck{Want: w.n + w.nodePorts}
+	done := make([]uint8, w.n)
+	nodeV := addrV(w.nodeIP)
+	var cur vsBlock
+	finish := func() {
+		if cur.bit != 0 && cur.good == endpointsPer && cur.bad == 0 {
+			done[cur.svc] |= cur.bit
+		}
+		cur = vsBlock{}
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil && err != io.EOF {
+			return c, err
+		}
+		fl := strings.Fields(line)
+		switch {
+		case len(fl) >= 2 && fl[0] == "TCP":
+			finish()
+			c.VS++
+			ip, port, ok := hexAddrPort(fl[1])
+			switch {
+			case !ok:
+				c.Foreign++
+			case port == servicePort && ip > clusterIPBase && ip <= clusterIP(w.n-1):
+				cur = vsBlock{svc: int(ip - clusterIPBase - 1), bit: vsCluster}
+			case ip == nodeV && port >= nodePortMin && port < nodePortMin+nodePortCount &&
+				(port-nodePortMin)*nodePortEvery+nodePortEvery-1 < w.n:
+				cur = vsBlock{svc: (port-nodePortMin)*nodePortEvery + nodePortEvery - 1, bit: vsNodePort}
+			default:
+				c.Foreign++
+			}
+		case len(fl) >= 4 && fl[0] == "->" && fl[1] != "RemoteAddress:Port":
+			c.Reals++
+			ip, port, ok := hexAddrPort(fl[1])
+			weight, werr := strconv.Atoi(fl[3])
+			svc, known := w.serviceOfEndpoint(ip)
+			switch {
+			case cur.bit == 0:
+			case ok && werr == nil && weight > 0 && port == targetPort && known && svc == cur.svc:
+				cur.good++
+			default:
+				cur.bad++
+				c.WrongReal++
+			}
+		case len(fl) >= 1 && (fl[0] == "UDP" || fl[0] == "SCTP" || fl[0] == "FWM"):
+			finish()
+			c.VS++
+			c.Foreign++
+		}
+		if err == io.EOF {
+			break
+		}
+	}
+	finish()
+	for i, d := range done {
+		if d&vsCluster != 0 {
+			c.Complete++
+		}
+		if d&vsNodePort != 0 && nodePort(i) != 0 {
+			c.Complete++
+		}
+	}
+	return c, nil
+}
+
+// hexAddrPort turns "0A600001:0050" into its address and port; IPv6
+// ("[…]:…") reports false.
+func hexAddrPort(s string) (uint32, int, bool) {
+	ip, port, ok := strings.Cut(s, ":")
+	if !ok || len(ip) != 8 {
+		return 0, 0, false
+	}
+	v, err1 := strconv.ParseUint(ip, 16, 32)
+	p, err2 := strconv.ParseUint(port, 16, 16)
+	return uint32(v), int(p), err1 == nil && err2 == nil
+}
+
+// setInfo is one set's header from `ipset list -t`.
+type setInfo struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Header   string `json:"header"`
+	Entries  int    `json:"entries"`
+	Expected int    `json:"expected"`
+}
+
+// listSets runs `ipset list -t` (headers and entry counts only) and
+// returns its output and the sets in it.
+func listSets() (string, []setInfo, error) {
+	out, err := exec.Command("ipset", "list", "-t").CombinedOutput()
+	if err != nil {
+		return string(out), nil, fmt.Errorf("ipset list -t: %v: %s", err, out)
+	}
+	return string(out), parseSets(string(out)), nil
+}
+
+func parseSets(out string) []setInfo {
+	var sets []setInfo
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Name":
+			sets = append(sets, setInfo{Name: v})
+		case "Type", "Header", "Number of entries":
+			if len(sets) == 0 {
+				continue
+			}
+			s := &sets[len(sets)-1]
+			switch k {
+			case "Type":
+				s.Type = v
+			case "Header":
+				s.Header = v
+			default:
+				s.Entries, _ = strconv.Atoi(v)
+			}
+		}
+	}
+	return sets
+}
+
+// expectedEntries is what each of ipvsproxy's sets must hold for the
+// workload; every other set must be empty.
+func (w *workload) expectedEntries() map[string]int {
+	return map[string]int{
+		"KUBE-CLUSTER-IP":    w.n,                          // ClusterIP:80 per service
+		"KUBE-IPVS-IPS":      w.n,                          // every address on kube-ipvs0
+		"KUBE-NODE-PORT-TCP": w.nodePorts,                  // one node port each
+		"KUBE-LOOP-BACK":     len(w.sample) * endpointsPer, // the local pods (hairpin)
+	}
+}
+
+// setsComplete fills in Expected and reports whether every set holds
+// exactly what it should; missing lists the expected sets not found.
+func (w *workload) setsComplete(sets []setInfo) (ok bool, missing []string) {
+	want := w.expectedEntries()
+	seen := map[string]bool{}
+	ok = true
+	for i := range sets {
+		sets[i].Expected = want[sets[i].Name]
+		seen[sets[i].Name] = true
+		if sets[i].Entries != sets[i].Expected {
+			ok = false
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			missing = append(missing, name)
+			ok = false
+		}
+	}
+	return ok, missing
+}
+
+func setEntries(sets []setInfo, name string) int {
+	for _, s := range sets {
+		if s.Name == name {
+			return s.Entries
+		}
+	}
+	return -1
+}
+
+// linkAddrCount counts the IPv4 addresses on a link (one netlink dump).
+func linkAddrCount(name string) (int, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return 0, err
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	return len(addrs), err
+}

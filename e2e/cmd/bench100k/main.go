@@ -1,0 +1,273 @@
+//go:build e2e
+
+// Command bench100k is issue 9's benchmark: ipvsproxy programming 100,000
+// Services × 10 endpoints into a real kernel (user-mode Linux 6.1; see
+// e2e/bench100k.sh, which boots the sandbox and runs this as root there).
+//
+// The objects live in a client-go fake clientset and reach the proxy's
+// informers through apiserver.go, a read-only API server over that fake:
+// the sandbox's kube-apiserver creates ~13 services/s, too slow for
+// 100,000. bin/ipvsproxy itself is unmodified and runs as its own process
+// (a kubeconfig points it at the fake), so its peak RSS and metrics are
+// its own: the same engine and kernel path as on a real node.
+//
+// Measured from outside the proxy: time from its start until the kernel
+// holds every virtual server with exactly its real servers (/proc/net/ip_vs)
+// and every set its entries (`ipset list -t`); its peak RSS (VmHWM); the
+// duration of its periodic full passes (its metrics); then traffic through
+// 50 random ClusterIPs whose endpoints are real pods (pods.go).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+type config struct {
+	n, samples, requests, fullPasses int
+	seed                             uint64
+	ipvsproxy, results, node         string
+	nodeIP                           netip.Addr
+	programTimeout, passTimeout      time.Duration
+}
+
+func parseFlags() (*config, error) {
+	c := &config{}
+	var nodeIP string
+	flag.IntVar(&c.n, "n", 100000, "services (10 endpoints each)")
+	flag.IntVar(&c.samples, "samples", 50, "services whose endpoints are real pods and whose ClusterIP gets traffic")
+	flag.IntVar(&c.requests, "requests", 20, "requests (new connections) per sampled ClusterIP")
+	flag.IntVar(&c.fullPasses, "full-passes", 2, "periodic full passes to time after the kernel is complete")
+	flag.Uint64Var(&c.seed, "seed", 9, "seed of the sample")
+	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "bin/ipvsproxy", "the proxy binary")
+	flag.StringVar(&c.results, "results", os.Getenv("E2E_RESULTS"), "folder for the results")
+	flag.StringVar(&c.node, "node", "sandbox-node", "the Node's name")
+	flag.StringVar(&nodeIP, "node-ip", "10.10.0.1", "the Node's address (on a dummy link node0)")
+	flag.DurationVar(&c.programTimeout, "program-timeout", 3*time.Hour, "give up on the initial programming after this long")
+	flag.DurationVar(&c.passTimeout, "pass-timeout", time.Hour, "give up waiting for one full pass after this long")
+	flag.Parse()
+	var err error
+	if c.nodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+		return nil, err
+	}
+	if c.results == "" {
+		return nil, fmt.Errorf("need --results (or E2E_RESULTS)")
+	}
+	return c, nil
+}
+
+func main() {
+	c, err := parseFlags()
+	if err == nil {
+		err = run(context.Background(), c)
+	}
+	if err != nil {
+		logf("FAIL: %v", err)
+		os.Exit(1)
+	}
+	logf("PASS")
+}
+
+var t0 = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Printf("[bench100k %7.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// prepareNode gives the guest the node's address (NodePort virtual
+// servers go there) and a route for the unroutable endpoints: real
+// servers need one, and on an address-less dummy link no endpoint is
+// local or a broadcast address.
+func prepareNode(nodeIP netip.Addr) error {
+	for _, args := range [][]string{
+		{"link", "add", "node0", "type", "dummy"},
+		{"addr", "add", nodeIP.String() + "/24", "dev", "node0"},
+		{"link", "set", "node0", "up"},
+		{"link", "add", "bench0", "type", "dummy"},
+		{"link", "set", "bench0", "up"},
+		{"route", "add", "10.128.0.0/12", "dev", "bench0"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// serveAPI starts the fake-backed API server on loopback and writes a
+// kubeconfig for it.
+func serveAPI(srv *apiServer, dir string) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go func() { _ = (&http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ln) }()
+	kc := filepath.Join(dir, "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster: {server: "http://%s"}
+users:
+- name: anyone
+  user: {}
+contexts:
+- name: fake
+  context: {cluster: fake, user: anyone}
+current-context: fake
+`, ln.Addr())
+	return kc, os.WriteFile(kc, []byte(cfg), 0o644)
+}
+
+func run(ctx context.Context, c *config) error {
+	r := &report{N: c.n, EndpointsPer: endpointsPer, Samples: c.samples}
+	defer r.save(c.results)
+	if err := prepareNode(c.nodeIP); err != nil {
+		return err
+	}
+	r.Mem.Boot = readMeminfo()
+	w, err := newWorkload(c.n, c.samples, c.seed, c.node, c.nodeIP)
+	if err != nil {
+		return err
+	}
+	r.NodePorts, r.WantVS, r.WantReals = w.nodePorts, w.n+w.nodePorts, (w.n+w.nodePorts)*endpointsPer
+	cs := fake.NewSimpleClientset()
+	start := time.Now()
+	if err := w.fill(ctx, cs, func(n int) { logf("fake clientset: %d services and slices created", n) }); err != nil {
+		return err
+	}
+	debug.FreeOSMemory()
+	r.FillSeconds = time.Since(start).Seconds()
+	r.GeneratorRSSKB = selfRSSKB()
+	logf("fake clientset: %d services (%d NodePort) and %d EndpointSlices in %.1fs; this process's RSS %d MB",
+		w.n, w.nodePorts, w.n, r.FillSeconds, r.GeneratorRSSKB/1024)
+
+	start = time.Now()
+	pods, err := startPods(w)
+	if err != nil {
+		return err
+	}
+	if err := checkPodsDirect(pods); err != nil {
+		return err
+	}
+	logf("%d pods (network namespaces) for %d sampled services started and answering in %.1fs",
+		len(pods), len(w.sample), time.Since(start).Seconds())
+
+	srv := newAPIServer(cs, w.namespaces(), logf)
+	kubeconfig, err := serveAPI(srv, c.results)
+	if err != nil {
+		return err
+	}
+	r.Mem.BeforeProxy = readMeminfo()
+	return measure(c, w, srv, kubeconfig, r)
+}
+
+// measure starts the proxy and takes every measurement; r is filled in
+// as they come, so a failure still leaves what was measured.
+func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) error {
+	r.Commit = proxyVersion(c.ipvsproxy)
+	args := proxyArgs(kubeconfig, c.node)
+	r.ProxyArgs = strings.Join(args, " ")
+	begin := time.Now()
+	proxy, err := startProxy(c.ipvsproxy, args, filepath.Join(c.results, "ipvsproxy.log"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		proxy.stop()
+		logf("ipvsproxy stopped; API server: %s", srv.summary())
+	}()
+	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
+	prog, err := waitProgrammed(c, w, proxy, begin)
+	r.Programmed = prog
+	if err != nil {
+		return err
+	}
+	r.AtProgrammed, _ = proxy.usage()
+	r.Mem.AtProgrammed = readMeminfo()
+	if m, err := scrape(); err == nil {
+		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.text), 0o644)
+		r.HeapInuseAtProgrammedMB = m.get(heapInuse) / 1e6
+	}
+	logf("PROGRAMMED after %.1fs (previous read at %.1fs): %v; proxy RSS %d MB (peak %d MB), CPU %.0fs",
+		prog.Seconds, prog.PrevReadSeconds, prog.IPVS, r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024, r.AtProgrammed.CPUSeconds)
+	var failures []string
+	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
+		failures = append(failures, msg)
+	}
+	if err := timeFullPasses(c, proxy, begin, r); err != nil {
+		failures = append(failures, err.Error())
+	}
+	r.Traffic = askVIPs(w, c.requests)
+	for _, v := range r.Traffic {
+		if v.ok() {
+			r.VIPsAnswering++
+		} else {
+			failures = append(failures, fmt.Sprintf("VIP %s (%s): %d/%d answered, by %v %v", v.VIP, v.Service, v.Answered, v.Asked, v.ByPod, v.Errors))
+		}
+	}
+	logf("traffic: %d of %d sampled ClusterIPs answered every request from all %d of their pods", r.VIPsAnswering, len(r.Traffic), endpointsPer)
+	final, err := checkIPVS("/proc/net/ip_vs", w)
+	r.FinalIPVS = final
+	if err != nil || !final.done() || final.Foreign != 0 || final.VS != r.WantVS || final.Reals != r.WantReals {
+		failures = append(failures, fmt.Sprintf("kernel at the end: %v %v", final, err))
+	}
+	if msg := verifySetsAndAddrs(c, w, r, "final"); msg != "" {
+		failures = append(failures, msg)
+	}
+	r.Final, _ = proxy.usage()
+	r.Mem.Final = readMeminfo()
+	if m, err := scrape(); err == nil {
+		_ = os.WriteFile(filepath.Join(c.results, "metrics-final.txt"), []byte(m.text), 0o644)
+		r.HeapInuseFinalMB = m.get(heapInuse) / 1e6
+	}
+	r.API = srv.summary()
+	logf("final: proxy peak RSS (VmHWM) %d MB, RSS %d MB, CPU %.0fs; kernel %v", r.Final.HWMKB/1024, r.Final.RSSKB/1024, r.Final.CPUSeconds, final)
+	r.Failures = failures
+	if len(failures) > 0 {
+		return fmt.Errorf("%d checks failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
+	}
+	return nil
+}
+
+// proxyVersion is `ipvsproxy version` (the commit it was built from).
+func proxyVersion(path string) string {
+	out, err := exec.Command(path, "version").CombinedOutput()
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// selfRSSKB is this process's VmRSS: the generator and API server's share
+// of the guest's memory.
+func selfRSSKB() int {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb
+		}
+	}
+	return 0
+}
+
+func init() {
+	// The fake clientset's copies and the encoder's buffers share the
+	// guest's memory with the proxy and the kernel: collect them sooner
+	// than Go's default.
+	debug.SetGCPercent(50)
+}

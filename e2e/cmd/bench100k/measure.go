@@ -1,0 +1,198 @@
+//go:build e2e
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// programmed is when the kernel was found complete.
+type programmed struct {
+	// Seconds: start → the end of the /proc/net/ip_vs read that found
+	// every virtual server complete (the sets were complete before it).
+	Seconds float64 `json:"seconds"`
+	// PreviousReadSeconds: start → the end of the read before, which was
+	// not complete (-1: none): the kernel became complete within
+	// (previous, seconds].
+	PrevReadSeconds float64 `json:"previousReadSeconds"`
+	// SetsSeconds: start → `ipset list -t` first showed every expected
+	// entry count (polled every 2 s).
+	SetsSeconds float64   `json:"setsSeconds"`
+	Reads       int       `json:"ipvsReads"`
+	IPVS        ipvsCheck `json:"ipvs"`
+}
+
+// setsReached: every set the workload fills holds at least its entries
+// (the cheap gate before the expensive IPVS read).
+func (w *workload) setsReached(sets []setInfo) bool {
+	for name, n := range w.expectedEntries() {
+		if setEntries(sets, name) < n {
+			return false
+		}
+	}
+	return true
+}
+
+// waitProgrammed polls the kernel until it holds the whole workload: every
+// 2 s `ipset list -t` (one process, headers only); once the sets are full,
+// /proc/net/ip_vs too, at most every 4× its last read's cost, so the
+// poller takes at most ~20 % of the guest's one CPU.
+func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time) (programmed, error) {
+	p := programmed{PrevReadSeconds: -1}
+	var last ipvsCheck
+	var lastEnd time.Time
+	lastLog := time.Now()
+	for {
+		if err := proxy.exited(); err != nil {
+			return p, err
+		}
+		_, sets, err := listSets()
+		if err != nil {
+			return p, err
+		}
+		reached := w.setsReached(sets)
+		if reached && p.SetsSeconds == 0 {
+			p.SetsSeconds = time.Since(begin).Seconds()
+			logf("sets complete after %.1fs; reading /proc/net/ip_vs", p.SetsSeconds)
+		}
+		if reached && time.Since(lastEnd) >= 4*last.Took {
+			chk, err := checkIPVS("/proc/net/ip_vs", w)
+			if err != nil {
+				return p, err
+			}
+			p.Reads++
+			end := time.Now()
+			if !lastEnd.IsZero() {
+				p.PrevReadSeconds = lastEnd.Sub(begin).Seconds()
+			}
+			if chk.done() {
+				p.Seconds, p.IPVS = end.Sub(begin).Seconds(), chk
+				return p, nil
+			}
+			last, lastEnd = chk, end
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			u, _ := proxy.usage()
+			logf("%4.0fs: KUBE-CLUSTER-IP %d/%d, KUBE-IPVS-IPS %d, KUBE-NODE-PORT-TCP %d/%d, KUBE-LOOP-BACK %d; last IPVS read: %v; proxy RSS %d MB, CPU %.0fs",
+				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.n, setEntries(sets, "KUBE-IPVS-IPS"),
+				setEntries(sets, "KUBE-NODE-PORT-TCP"), w.nodePorts, setEntries(sets, "KUBE-LOOP-BACK"), last, u.RSSKB/1024, u.CPUSeconds)
+			lastLog = time.Now()
+		}
+		if time.Since(begin) > c.programTimeout {
+			return p, fmt.Errorf("kernel not complete after %v: %v", c.programTimeout, last)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// verifySetsAndAddrs checks `ipset list -t` entry counts exactly (every
+// set; ipvsproxy's sets that the workload does not fill must be empty)
+// and the ClusterIPs on kube-ipvs0; the output is kept in the results.
+func verifySetsAndAddrs(c *config, w *workload, r *report, when string) string {
+	out, sets, err := listSets()
+	_ = os.WriteFile(filepath.Join(c.results, "ipset-list-t-"+when+".txt"), []byte(out), 0o644)
+	if err != nil {
+		return err.Error()
+	}
+	ok, missing := w.setsComplete(sets)
+	addrs, aerr := linkAddrCount("kube-ipvs0")
+	r.Sets, r.KubeIPVS0Addrs = sets, addrs
+	var bad []string
+	for _, s := range sets {
+		if s.Entries != s.Expected {
+			bad = append(bad, fmt.Sprintf("%s %d (want %d)", s.Name, s.Entries, s.Expected))
+		}
+	}
+	logf("%s: ipset list -t: %d sets, entry counts as expected: %v %v; kube-ipvs0: %d addresses (want %d)",
+		when, len(sets), ok, bad, addrs, w.n)
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s: sets wrong: %v, missing %v", when, bad, missing)
+	case aerr != nil || addrs != w.n:
+		return fmt.Sprintf("%s: kube-ipvs0 holds %d addresses, want %d (%v)", when, addrs, w.n, aerr)
+	}
+	return ""
+}
+
+// fullPass is one (or, when two ended between scrapes, the mean of
+// several) periodic full passes.
+type fullPass struct {
+	EndedSeconds float64 `json:"endedSeconds"` // start → the scrape that saw it ended
+	Seconds      float64 `json:"seconds"`
+	Passes       int     `json:"passes"`
+}
+
+// scrapeEvery is the metrics cadence while full passes are timed: each
+// scrape makes the proxy list the kernel's virtual servers for its
+// per-service traffic metrics (ipvsstats), as a Prometheus would.
+const scrapeEvery = 20 * time.Second
+
+// timeFullPasses waits for the proxy's first full pass to have finished,
+// then times c.fullPasses more from its metrics (fullPassBetween).
+func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) error {
+	prev, err := scrape()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(c.passTimeout * time.Duration(c.fullPasses+1))
+	for time.Now().Before(deadline) {
+		if prev.get(fullCount) >= 1 && r.FirstFullPassSeconds == 0 {
+			r.FirstFullPassSeconds = time.Since(begin).Seconds()
+			logf("first full pass finished by %.1fs", r.FirstFullPassSeconds)
+		}
+		timed := 0
+		for _, fp := range r.FullPasses {
+			timed += fp.Passes
+		}
+		if timed >= c.fullPasses {
+			return nil
+		}
+		time.Sleep(scrapeEvery)
+		if err := proxy.exited(); err != nil {
+			return err
+		}
+		cur, err := scrape()
+		if err != nil {
+			return err
+		}
+		if r.FirstFullPassSeconds != 0 {
+			if d, n, ok := fullPassesBetween(prev, cur); ok {
+				fp := fullPass{EndedSeconds: time.Since(begin).Seconds(), Seconds: d.Seconds(), Passes: n}
+				r.FullPasses = append(r.FullPasses, fp)
+				u, _ := proxy.usage()
+				logf("full pass: %.1fs (%d ended since the last scrape); proxy RSS %d MB, peak %d MB", fp.Seconds, n, u.RSSKB/1024, u.HWMKB/1024)
+			} else if cur.get(fullCount) > prev.get(fullCount) {
+				logf("a full pass ended beside incremental syncs; not timed")
+			}
+		}
+		prev = cur
+	}
+	return fmt.Errorf("timed %d of %d full passes within %v", len(r.FullPasses), c.fullPasses, c.passTimeout*time.Duration(c.fullPasses+1))
+}
+
+// readMeminfo keeps the guest's memory picture: what the kernel's own
+// objects (IPVS, addresses, sets: slab and per-CPU) take is the growth of
+// Slab and Percpu.
+func readMeminfo() map[string]int {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "MemTotal", "MemFree", "MemAvailable", "Slab", "SUnreclaim", "Percpu", "Shmem", "PageTables", "AnonPages":
+			out[k+"KB"], _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return out
+}

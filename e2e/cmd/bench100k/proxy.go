@@ -1,0 +1,188 @@
+//go:build e2e
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const metricsURL = "http://127.0.0.1:10249/metrics"
+
+// proxyProcess is the ipvsproxy under test, a process of its own.
+type proxyProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// proxyArgs: the sandbox node, NodePorts only on the node's address, the
+// conntrack sysctls left alone (not what is measured), legacy iptables
+// (the guest kernel has no nft NAT), default sync periods.
+func proxyArgs(kubeconfig, node string) []string {
+	return []string{
+		"--kubeconfig", kubeconfig,
+		"--hostname-override", node,
+		"--cluster-cidr", "10.128.0.0/9", // the endpoint /12 and the pods' 10.244/16
+		"--nodeport-addresses", "10.10.0.0/24",
+		"--iptables-backend", "legacy",
+		"--conntrack-max-per-core", "0",
+		"--healthz-bind-address", "127.0.0.1:10256",
+		"--metrics-bind-address", "127.0.0.1:10249",
+		"-v", "2",
+	}
+}
+
+func startProxy(path string, args []string, logPath string) (*proxyProcess, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "===== bench100k: starting %s %s at %s\n", path, strings.Join(args, " "), time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proxyProcess{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// exited returns why the process ended, nil while it runs.
+func (p *proxyProcess) exited() error {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return fmt.Errorf("ipvsproxy exited with status 0")
+		}
+		return fmt.Errorf("ipvsproxy exited: %v", p.err)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after 60 s.
+func (p *proxyProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// usage is the process's consumption so far, from /proc.
+type usage struct {
+	CPUSeconds float64 `json:"cpuSeconds"` // utime+stime
+	RSSKB      int     `json:"rssKB"`      // VmRSS now
+	HWMKB      int     `json:"hwmKB"`      // VmHWM: peak resident set
+}
+
+func (p *proxyProcess) usage() (usage, error) {
+	pid := p.cmd.Process.Pid
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return usage{}, err
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return usage{}, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	u := usage{CPUSeconds: (ut + st) / 100} // USER_HZ
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		switch k {
+		case "VmHWM":
+			u.HWMKB = kb
+		case "VmRSS":
+			u.RSSKB = kb
+		}
+	}
+	return u, nil
+}
+
+// metrics is one scrape of the proxy's /metrics: series → value, and the
+// text as it was.
+type metrics struct {
+	values map[string]float64
+	text   string
+}
+
+func scrape() (metrics, error) {
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		return metrics{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return metrics{}, err
+	}
+	m := metrics{values: map[string]float64{}, text: string(data)}
+	sc := bufio.NewScanner(strings.NewReader(m.text))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m.values[line[:i]] = v
+		}
+	}
+	return m, nil
+}
+
+func (m metrics) get(series string) float64 { return m.values[series] }
+
+// The series the full pass is read from. ipvsproxy counts its passes by
+// kind; kubeproxy_sync_proxy_rules_duration_seconds holds every sync, so
+// a full pass's duration is the sum's growth between two scrapes in which
+// full passes and no incremental sync finished, divided by their number —
+// unless the proxy exports a histogram of full passes alone (kube-proxy's
+// name for it is used when present).
+const (
+	fullCount      = `ipvsproxy_syncs_total{kind="full"}`
+	incrCount      = `ipvsproxy_syncs_total{kind="incremental"}`
+	syncSum        = "kubeproxy_sync_proxy_rules_duration_seconds_sum"
+	fullHistSum    = "kubeproxy_sync_full_proxy_rules_duration_seconds_sum"
+	fullHistCount  = "kubeproxy_sync_full_proxy_rules_duration_seconds_count"
+	heapInuse      = "go_memstats_heap_inuse_bytes"
+	residentMemory = "process_resident_memory_bytes"
+)
+
+// fullPassesBetween returns the mean duration of the full passes that
+// finished between two scrapes and how many there were; false when there
+// was none, or when incremental syncs finished too (their time is in the
+// same sum).
+func fullPassesBetween(a, b metrics) (time.Duration, int, bool) {
+	if n := int(b.get(fullHistCount) - a.get(fullHistCount)); n >= 1 {
+		return secs((b.get(fullHistSum) - a.get(fullHistSum)) / float64(n)), n, true
+	}
+	n := int(b.get(fullCount) - a.get(fullCount))
+	if n >= 1 && b.get(incrCount) == a.get(incrCount) {
+		return secs((b.get(syncSum) - a.get(syncSum)) / float64(n)), n, true
+	}
+	return 0, 0, false
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,120 @@
+//go:build e2e
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// report is everything measured, saved as bench100k.json and
+// summary.md in the results folder (also when a check failed).
+type report struct {
+	N            int    `json:"services"`
+	EndpointsPer int    `json:"endpointsPerService"`
+	NodePorts    int    `json:"nodePortServices"`
+	Samples      int    `json:"sampledServices"`
+	WantVS       int    `json:"wantVirtualServers"`
+	WantReals    int    `json:"wantRealServers"`
+	Commit       string `json:"ipvsproxyVersion"`
+	ProxyArgs    string `json:"ipvsproxyArgs"`
+
+	FillSeconds    float64 `json:"fakeClientsetFillSeconds"`
+	GeneratorRSSKB int     `json:"generatorRssKB"` // this process after filling the fake
+
+	Programmed              programmed  `json:"programmed"`
+	AtProgrammed            usage       `json:"proxyAtProgrammed"`
+	HeapInuseAtProgrammedMB float64     `json:"proxyHeapInuseAtProgrammedMB"`
+	FirstFullPassSeconds    float64     `json:"firstFullPassDoneSeconds"`
+	FullPasses              []fullPass  `json:"periodicFullPasses"`
+	Sets                    []setInfo   `json:"sets"`
+	KubeIPVS0Addrs          int         `json:"kubeIpvs0Addresses"`
+	Traffic                 []vipResult `json:"traffic"`
+	VIPsAnswering           int         `json:"vipsAnswering"`
+	FinalIPVS               ipvsCheck   `json:"finalIpvs"`
+	Final                   usage       `json:"proxyFinal"`
+	HeapInuseFinalMB        float64     `json:"proxyHeapInuseFinalMB"`
+	API                     string      `json:"apiServerServed"`
+	Mem                     struct {
+		Boot, BeforeProxy, AtProgrammed, Final map[string]int
+	} `json:"guestMeminfo"`
+	Failures []string `json:"failures"`
+}
+
+func (r *report) save(dir string) {
+	data, err := json.MarshalIndent(r, "", " ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "bench100k.json"), data, 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "summary.md"), []byte(r.markdown()), 0o644)
+	}
+	if err != nil {
+		logf("saving the report: %v", err)
+	}
+	fmt.Print("\n" + r.markdown())
+}
+
+// kernelMB is the growth of the guest kernel's slab and per-CPU memory
+// from before the proxy started to a later point: IPVS, addresses, sets.
+func kernelMB(before, after map[string]int) float64 {
+	if before == nil || after == nil {
+		return 0
+	}
+	return float64(after["SlabKB"]+after["PercpuKB"]-before["SlabKB"]-before["PercpuKB"]) / 1024
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	row := func(k, format string, v ...any) { fmt.Fprintf(&b, "| %s | "+format+" |\n", append([]any{k}, v...)...) }
+	fmt.Fprintf(&b, "N = %d services × %d endpoints (%d NodePort): %d virtual servers, %d real servers; %s\n\n",
+		r.N, r.EndpointsPer, r.NodePorts, r.WantVS, r.WantReals, r.Commit)
+	b.WriteString("| measure | value |\n|---|---:|\n")
+	prev := "none"
+	if r.Programmed.PrevReadSeconds >= 0 {
+		prev = fmt.Sprintf("%.1f", r.Programmed.PrevReadSeconds)
+	}
+	row("start → kernel complete (s)", "%.1f (the read before, incomplete: %s)", r.Programmed.Seconds, prev)
+	row("start → every set's entries (s)", "%.1f", r.Programmed.SetsSeconds)
+	row("proxy CPU until complete (s)", "%.0f", r.AtProgrammed.CPUSeconds)
+	row("proxy RSS at complete / peak so far (MB)", "%d / %d", r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024)
+	row("proxy heap in use at complete (MB)", "%.0f", r.HeapInuseAtProgrammedMB)
+	row("start → first full pass finished (s)", "%.1f", r.FirstFullPassSeconds)
+	for i, fp := range r.FullPasses {
+		row(fmt.Sprintf("full pass after complete, %d (s)", i+1), "%.1f (mean of %d ended by %.0fs)", fp.Seconds, fp.Passes, fp.EndedSeconds)
+	}
+	row("proxy peak RSS, VmHWM, at the end (MB)", "%d", r.Final.HWMKB/1024)
+	row("proxy RSS / heap in use at the end (MB)", "%d / %.0f", r.Final.RSSKB/1024, r.HeapInuseFinalMB)
+	row("proxy CPU, whole run (s)", "%.0f", r.Final.CPUSeconds)
+	row("sampled ClusterIPs answering from all 10 pods", "%d / %d", r.VIPsAnswering, len(r.Traffic))
+	row("kernel at the end", "%d VS, %d real servers, %d complete, %d foreign", r.FinalIPVS.VS, r.FinalIPVS.Reals, r.FinalIPVS.Complete, r.FinalIPVS.Foreign)
+	row("addresses on kube-ipvs0", "%d", r.KubeIPVS0Addrs)
+	row("guest kernel slab+percpu growth at complete (MB)", "%.0f", kernelMB(r.Mem.BeforeProxy, r.Mem.AtProgrammed))
+	row("guest MemAvailable at complete / end (MB)", "%d / %d", r.Mem.AtProgrammed["MemAvailableKB"]/1024, r.Mem.Final["MemAvailableKB"]/1024)
+	row("generator + API server RSS after filling the fake (MB)", "%d", r.GeneratorRSSKB/1024)
+	row("fake clientset filled in (s)", "%.1f", r.FillSeconds)
+	b.WriteString("\n`ipset list -t` (entries / expected):\n\n| set | type | entries | expected |\n|---|---|---:|---:|\n")
+	for _, s := range r.Sets {
+		if s.Entries != 0 || s.Expected != 0 {
+			fmt.Fprintf(&b, "| %s | %s | %d | %d |\n", s.Name, s.Type, s.Entries, s.Expected)
+		}
+	}
+	fmt.Fprintf(&b, "\n(the other %d sets: 0 entries, as expected)\n\nAPI server: %s\n", r.emptySets(), r.API)
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(&b, "\nFAILED:\n- %s\n", strings.Join(r.Failures, "\n- "))
+	}
+	return b.String()
+}
+
+func (r *report) emptySets() int {
+	n := 0
+	for _, s := range r.Sets {
+		if s.Entries == 0 && s.Expected == 0 {
+			n++
+		}
+	}
+	return n
+}
