@@ -13,7 +13,8 @@ import (
 )
 
 // backend is a pod's workload: every HTTP GET and every UDP datagram is
-// answered with the pod's name, so a client learns which pod IPVS chose.
+// answered with the pod's name, so a client learns which pod IPVS chose
+// (GET /peer also tells the client's address as the pod saw it).
 func backend(args []string) error {
 	fs := flag.NewFlagSet("backend", flag.ExitOnError)
 	name := fs.String("name", "", "pod name to answer with")
@@ -29,11 +30,7 @@ func backend(args []string) error {
 		if err != nil {
 			return err
 		}
-		go func() {
-			errs <- http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintln(w, *name)
-			}))
-		}()
+		go func() { errs <- http.Serve(l, backendHandler(*name)) }()
 	}
 	for _, port := range ports(*udp) {
 		c, err := net.ListenPacket("udp", ":"+port)
@@ -44,6 +41,23 @@ func backend(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "backend %s: tcp [%s] udp [%s]\n", *name, *tcp, *udp)
 	return <-errs
+}
+
+// backendHandler answers every path with the pod's name, except /peer,
+// which adds the source address the pod saw ("NAME ADDR"): the
+// masquerading tests tell from it whether the client's address survived.
+func backendHandler(name string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/peer", func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, name, host)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, name) })
+	return mux
 }
 
 func serveUDP(c net.PacketConn, name string) error {

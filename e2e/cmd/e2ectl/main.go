@@ -3,6 +3,8 @@
 // Command e2ectl is the sandbox's helper, one static binary for the guest:
 //
 //	e2ectl backend --name N --tcp 8080 --udp 5353   a pod's server: answers with N
+//	e2ectl sctp --name N --ip IP --port P           a pod's SCTP server: answers with N
+//	                                                (GET /peer: "N SOURCE-ADDRESS")
 //	e2ectl keys DIR                                 service-account key pair for the apiserver
 //	e2ectl node --kubeconfig F --name N --ip IP     register the sandbox Node
 //	e2ectl apply --kubeconfig F [--pods DIR] FILE…  create Services/EndpointSlices
@@ -41,6 +43,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "backend":
 		err = backend(args)
+	case "sctp":
+		err = sctpBackend(args)
 	case "keys":
 		err = keys(args)
 	case "node":
