@@ -17,6 +17,7 @@ const (
 	VerbEnsureLink     = "EnsureLink"
 	VerbDeleteLink     = "DeleteLink"
 	VerbListAddresses  = "ListAddresses"
+	VerbWalkAddresses  = "WalkAddresses" // one dump, like ListAddresses
 	VerbAddAddress     = "AddAddress"
 	VerbDeleteAddress  = "DeleteAddress"
 	VerbLocalAddresses = "LocalAddresses"
@@ -40,7 +41,8 @@ type Fake struct {
 	addrs  map[netip.Addr]struct{}
 	local  []netip.Addr
 	calls.Counter
-	inject func(Call) error
+	inject     func(Call) error
+	interrupts int // how many of the next walks are interrupted once
 }
 
 var _ Interface = (*Fake)(nil)
@@ -133,6 +135,56 @@ func (f *Fake) ListAddresses() ([]netip.Addr, error) {
 		return nil, fmt.Errorf("link %s: %w", f.name, ErrNoLink)
 	}
 	return f.sortedLocked(), nil
+}
+
+// WalkAddresses implements Interface. Addresses come sorted, as from
+// ListAddresses; fn runs without the Fake's lock held, so it may call the
+// Fake, as it may call Netlink.
+func (f *Fake) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
+	f.mu.Lock()
+	err := f.begin(VerbWalkAddresses, netip.Addr{})
+	if err == nil && !f.exists {
+		err = fmt.Errorf("link %s: %w", f.name, ErrNoLink)
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	addrs, interrupted := f.sortedLocked(), f.interrupts > 0
+	if interrupted {
+		f.interrupts--
+	}
+	f.mu.Unlock()
+	if interrupted {
+		if err := fn(GhostAddress); err != nil {
+			return err
+		}
+		if reset == nil {
+			return fmt.Errorf("list addresses of %s: %w", f.name, ErrDumpInterrupted)
+		}
+		reset()
+	}
+	for _, a := range addrs {
+		if err := fn(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GhostAddress is what an interrupted walk of a Fake hands to fn before
+// it restarts (see InterruptNextWalk). Tests must not bind it.
+var GhostAddress = netip.MustParseAddr("192.0.2.255")
+
+// InterruptNextWalk makes the next n WalkAddresses behave like a kernel
+// dump that raced with a change: each first hands fn GhostAddress (seen by
+// the dump, deleted before it ended), then calls reset and starts again
+// with the real addresses; with a nil reset it fails with
+// ErrDumpInterrupted instead.
+func (f *Fake) InterruptNextWalk(n int) {
+	f.mu.Lock()
+	f.interrupts = n
+	f.mu.Unlock()
 }
 
 // AddAddress implements Interface.

@@ -300,3 +300,18 @@ func isLinkNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf)
 }
+
+// WalkAddresses implements Interface. For now it collects the whole dump
+// through ListAddresses; the streaming dump replaces it.
+func (n *Netlink) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
+	addrs, err := n.ListAddresses()
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if err := fn(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -8,6 +8,8 @@ package dummyif
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // DefaultLinkName is the link kube-proxy's IPVS mode uses; operators know it.
@@ -18,6 +20,10 @@ const DefaultLinkName = "kube-ipvs0"
 // DeleteAddress never returns it: on a missing link the address is absent.
 var ErrNoLink = errors.New("link does not exist")
 
+// ErrDumpInterrupted is wrapped by WalkAddresses' error when the kernel's
+// dump could not be read consistently (see Interface).
+var ErrDumpInterrupted = nlconn.ErrDumpInterrupted
+
 // Interface is the kernel boundary for the dummy link. Implementations are
 // safe for concurrent use.
 type Interface interface {
@@ -27,6 +33,17 @@ type Interface interface {
 	DeleteLink() error
 	// ListAddresses dumps the addresses bound on the link.
 	ListAddresses() ([]netip.Addr, error)
+	// WalkAddresses streams the addresses bound on the link to fn as the
+	// kernel's dump arrives, without collecting them; a missing link is an
+	// error wrapping ErrNoLink. fn gets each address once per attempt; an
+	// error from fn stops the walk and is returned as it is. When the
+	// kernel reports the dump inconsistent or lost part of it, the walk
+	// starts again from the beginning, a few times at most, calling reset
+	// first: reset must drop everything fn received so far. With a nil
+	// reset, or when the restarts run out, the walk fails with an error
+	// for which errors.Is(err, ErrDumpInterrupted) holds. fn may call any
+	// method of the same Interface.
+	WalkAddresses(reset func(), fn func(netip.Addr) error) error
 	// AddAddress binds addr (as a /32 or /128) on the link. Adding an
 	// address that is already bound is not an error.
 	AddAddress(addr netip.Addr) error

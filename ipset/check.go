@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"net/netip"
 	"strings"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // Errors callers may test with errors.Is. Their text is the kernel's
@@ -14,6 +16,9 @@ var (
 	ErrSetNotFound = errors.New("the set with the given name does not exist")
 	ErrHashFull    = errors.New("hash is full, cannot add more elements")
 	ErrOutOfRange  = errors.New("element is out of the range of the set")
+	// ErrDumpInterrupted is wrapped by WalkEntries' error when the
+	// kernel's dump could not be read consistently (see Interface).
+	ErrDumpInterrupted = nlconn.ErrDumpInterrupted
 )
 
 // Limits the kernel enforces (IPSET_MAXNAMELEN includes the NUL;

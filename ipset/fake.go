@@ -3,6 +3,7 @@ package ipset
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ const (
 	VerbEnsure   = "ensure"   // EnsureSet
 	VerbListSets = "listsets" // ListSets
 	VerbList     = "list"     // ListEntries
+	VerbWalk     = "walk"     // WalkEntries: one dump, like VerbList
 	VerbAdd      = "add"      // AddEntry
 	VerbDel      = "del"      // DeleteEntry
 	VerbDestroy  = "destroy"  // DestroySet
@@ -38,6 +40,7 @@ type Fake struct {
 	mu   sync.Mutex
 	sets map[string]*fakeSet
 	calls.Counter
+	interrupts int // how many of the next walks are interrupted once
 }
 
 type fakeSet struct {
@@ -113,6 +116,78 @@ func (f *Fake) ListEntries(set string) ([]Entry, error) {
 		return nil, opError(VerbList, set, "", nil, ErrSetNotFound)
 	}
 	return s.sorted(), nil
+}
+
+// WalkEntries implements Interface. Entries come sorted, as from
+// ListEntries; fn runs without the Fake's lock held, so it may call the
+// Fake, as it may call Netlink.
+func (f *Fake) WalkEntries(set string, reset func(), fn func(Entry) error) error {
+	err := f.begin(VerbWalk, set, nil)
+	s, ok := f.sets[set]
+	switch {
+	case err != nil:
+	case !ok:
+		err = ErrSetNotFound
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return opError(VerbList, set, "", nil, err) // worded as the dump it is
+	}
+	entries, interrupted := s.sorted(), f.interrupts > 0
+	if interrupted {
+		f.interrupts--
+	}
+	hdr := s.hdr
+	f.mu.Unlock()
+	if interrupted {
+		if err := fn(GhostEntry(hdr)); err != nil {
+			return err
+		}
+		if reset == nil {
+			return opError(VerbList, set, hdr.Type, nil, ErrDumpInterrupted)
+		}
+		reset()
+	}
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InterruptNextWalk makes the next n WalkEntries behave like a kernel
+// dump that raced with a change: each first hands fn the set's
+// GhostEntry (seen by the dump, deleted before it ended), then calls reset
+// and starts again with the real entries; with a nil reset it fails with
+// ErrDumpInterrupted instead.
+func (f *Fake) InterruptNextWalk(n int) {
+	f.mu.Lock()
+	f.interrupts = n
+	f.mu.Unlock()
+}
+
+// GhostEntry is the entry an interrupted walk of a Fake hands over before
+// it restarts: one the set s could hold (address 192.0.2.255 or
+// 2001:db8::ff, tcp port 9, a /24 or /64 net; for a bitmap the range's
+// last port). Tests must not add it.
+func GhostEntry(s Set) Entry {
+	s = s.normalize()
+	ip, bits := netip.MustParseAddr("192.0.2.255"), 24
+	if s.Family == Inet6 {
+		ip, bits = netip.MustParseAddr("2001:db8::ff"), 64
+	}
+	switch s.Type {
+	case HashIP:
+		return Entry{IP: ip}
+	case HashIPPortIP:
+		return Entry{IP: ip, Protocol: "tcp", Port: 9, IP2: ip}
+	case HashIPPortNet:
+		return Entry{IP: ip, Protocol: "tcp", Port: 9, Net: netip.PrefixFrom(ip, bits).Masked()}
+	case BitmapPort:
+		return Entry{Port: s.PortTo}
+	}
+	return Entry{IP: ip, Protocol: "tcp", Port: 9}
 }
 
 // AddEntry implements Interface.

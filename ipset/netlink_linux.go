@@ -357,3 +357,18 @@ func (n *Netlink) SwapSets(a, b string) error {
 	}
 	return nil
 }
+
+// WalkEntries implements Interface. For now it collects the whole dump
+// through ListEntries; the streaming dump replaces it.
+func (n *Netlink) WalkEntries(set string, reset func(), fn func(Entry) error) error {
+	entries, err := n.ListEntries(set)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}

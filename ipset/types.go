@@ -97,6 +97,17 @@ type Interface interface {
 	ListSets() ([]Set, error)
 	// ListEntries dumps the entries of one set.
 	ListEntries(set string) ([]Entry, error)
+	// WalkEntries streams the entries of one set to fn as the kernel's
+	// dump arrives, without collecting them, so memory does not grow with
+	// the set. fn gets each entry once per attempt; an error from fn stops
+	// the walk and is returned as it is. When the kernel reports the dump
+	// inconsistent or lost part of it, the walk starts again from the
+	// beginning, a few times at most, calling reset first: reset must drop
+	// everything fn received so far (clear the map being filled). With a
+	// nil reset, or when the restarts run out, the walk fails with an
+	// error for which errors.Is(err, ErrDumpInterrupted) holds. fn may
+	// call any method of the same Interface.
+	WalkEntries(set string, reset func(), fn func(Entry) error) error
 	// AddEntry adds e; adding a present entry is not an error.
 	AddEntry(set string, e Entry) error
 	// DeleteEntry deletes e; deleting an absent entry is not an error.

@@ -4,7 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
+
+// ErrDumpInterrupted is wrapped by a walk's error when the kernel's dump
+// could not be read consistently (see Interface).
+var ErrDumpInterrupted = nlconn.ErrDumpInterrupted
 
 // ErrUnavailable is returned by New when the running kernel has no IPVS.
 // It is one line an operator can act on, instead of a netlink errno.
@@ -74,6 +80,8 @@ const (
 	verbUpdateVirtualServer = "UpdateVirtualServer"
 	verbDeleteVirtualServer = "DeleteVirtualServer"
 	verbListRealServers     = "ListRealServers"
+	verbWalkVirtualServers  = "WalkVirtualServers"
+	verbWalkRealServers     = "WalkRealServers"
 	verbAddRealServer       = "AddRealServer"
 	verbUpdateRealServer    = "UpdateRealServer"
 	verbDeleteRealServer    = "DeleteRealServer"
@@ -85,13 +93,13 @@ var verbs = map[string]bool{
 	verbListVirtualServers: true, verbAddVirtualServer: true, verbUpdateVirtualServer: true,
 	verbDeleteVirtualServer: true, verbListRealServers: true, verbAddRealServer: true,
 	verbUpdateRealServer: true, verbDeleteRealServer: true, verbGetTimeouts: true,
-	verbSetTimeouts: true,
+	verbSetTimeouts: true, verbWalkVirtualServers: true, verbWalkRealServers: true,
 }
 
 // opText describes an operation for an error message.
 func opText(verb string, vs ServiceKey, rs RealKey) string {
 	switch verb {
-	case verbListVirtualServers:
+	case verbListVirtualServers, verbWalkVirtualServers:
 		return "list virtual servers"
 	case verbAddVirtualServer:
 		return "add virtual server " + vs.String()
@@ -99,7 +107,7 @@ func opText(verb string, vs ServiceKey, rs RealKey) string {
 		return "update virtual server " + vs.String()
 	case verbDeleteVirtualServer:
 		return "delete virtual server " + vs.String()
-	case verbListRealServers:
+	case verbListRealServers, verbWalkRealServers:
 		return "list real servers of " + vs.String()
 	case verbAddRealServer:
 		return fmt.Sprintf("add real server %s to %s", rs, vs)

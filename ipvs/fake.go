@@ -3,6 +3,7 @@ package ipvs
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
@@ -21,7 +22,9 @@ import (
 // The verbs are the Interface method names: "ListVirtualServers",
 // "AddVirtualServer", "UpdateVirtualServer", "DeleteVirtualServer",
 // "ListRealServers", "AddRealServer", "UpdateRealServer",
-// "DeleteRealServer", "GetTimeouts", "SetTimeouts".
+// "DeleteRealServer", "GetTimeouts", "SetTimeouts", "WalkVirtualServers",
+// "WalkRealServers". A walk counts once, as a List does: both are one
+// kernel dump.
 //
 // A Fake is safe for concurrent use. The zero value is not usable; call
 // NewFake.
@@ -32,6 +35,8 @@ type Fake struct {
 	calls.Counter
 	faults []*fault
 	nextID int
+	// interrupts is how many of the next walks are interrupted once.
+	interrupts int
 }
 
 type fakeService struct {
@@ -161,12 +166,84 @@ func (f *Fake) ListVirtualServers() ([]VirtualServer, error) {
 	if err := f.begin(Call{Verb: verbListVirtualServers}, ""); err != nil {
 		return nil, err
 	}
+	return f.sortedServicesLocked(), nil
+}
+
+func (f *Fake) sortedServicesLocked() []VirtualServer {
 	out := make([]VirtualServer, 0, len(f.services))
 	for _, s := range f.services {
 		out = append(out, s.vs)
 	}
 	slices.SortFunc(out, func(a, b VirtualServer) int { return CompareServiceKeys(a.ServiceKey, b.ServiceKey) })
-	return out, nil
+	return out
+}
+
+// WalkVirtualServers implements Interface: the virtual servers in
+// ListVirtualServers' order. fn runs without the Fake's lock held, so it
+// may call the Fake, as it may call a Handle.
+func (f *Fake) WalkVirtualServers(reset func(), fn func(VirtualServer) error) error {
+	f.mu.Lock()
+	err := f.begin(Call{Verb: verbWalkVirtualServers}, "")
+	if err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	items, interrupted := f.sortedServicesLocked(), f.takeInterrupt()
+	f.mu.Unlock()
+	ghost := VirtualServer{ServiceKey: GhostService, Scheduler: "rr"}
+	return fakeWalk(items, ghost, interrupted, reset, fn,
+		opError(verbWalkVirtualServers, ServiceKey{}, RealKey{}, "", ErrDumpInterrupted))
+}
+
+// GhostService and GhostReal are what an interrupted walk of a Fake hands
+// to fn before it restarts (see InterruptNextWalk): a virtual or real
+// server that the dump saw but that was deleted before it ended. Tests
+// must not program them.
+var (
+	GhostService = ServiceKey{Address: netip.MustParseAddr("192.0.2.255"), Protocol: TCP, Port: 9}
+	GhostReal    = RealKey{Address: netip.MustParseAddr("192.0.2.254"), Port: 9}
+)
+
+// InterruptNextWalk makes the next n walks (of either kind) behave like a
+// kernel dump that raced with a change: each first hands fn a ghost
+// (GhostService or GhostReal), then calls reset and starts again with the
+// real contents; with a nil reset it fails with ErrDumpInterrupted
+// instead. A caller that forgets to clear what it got in reset keeps the
+// ghost, which a test can see.
+func (f *Fake) InterruptNextWalk(n int) {
+	f.mu.Lock()
+	f.interrupts = n
+	f.mu.Unlock()
+}
+
+// takeInterrupt consumes one pending interruption; the caller holds f.mu.
+func (f *Fake) takeInterrupt() bool {
+	if f.interrupts <= 0 {
+		return false
+	}
+	f.interrupts--
+	return true
+}
+
+// fakeWalk hands items to fn as a restarted kernel dump would: when
+// interrupted, first a ghost, then reset (or, without one, the error
+// failed), then every item.
+func fakeWalk[T any](items []T, ghost T, interrupted bool, reset func(), fn func(T) error, failed error) error {
+	if interrupted {
+		if err := fn(ghost); err != nil {
+			return err
+		}
+		if reset == nil {
+			return failed
+		}
+		reset()
+	}
+	for _, it := range items {
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AddVirtualServer adds vs; IsExist(err) if it is there already.
@@ -240,13 +317,38 @@ func (f *Fake) ListRealServers(vs ServiceKey) ([]RealServer, error) {
 	if err := validateService(vs); err != nil {
 		return nil, opError(verbListRealServers, vs, RealKey{}, "", err)
 	}
+	return f.sortedRealsLocked(vs), nil
+}
+
+func (f *Fake) sortedRealsLocked(vs ServiceKey) []RealServer {
 	s := f.services[vs]
 	if s == nil {
-		return []RealServer{}, nil
+		return []RealServer{}
 	}
 	out := slices.Collect(maps.Values(s.reals))
 	slices.SortFunc(out, func(a, b RealServer) int { return CompareRealKeys(a.RealKey, b.RealKey) })
-	return out, nil
+	return out
+}
+
+// WalkRealServers implements Interface: the real servers of vs in
+// ListRealServers' order, none when vs does not exist. fn runs without
+// the Fake's lock held.
+func (f *Fake) WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer) error) error {
+	f.mu.Lock()
+	err := f.begin(Call{Verb: verbWalkRealServers, Service: vs}, "")
+	if err == nil {
+		if verr := validateService(vs); verr != nil {
+			err = opError(verbWalkRealServers, vs, RealKey{}, "", verr)
+		}
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	items, interrupted := f.sortedRealsLocked(vs), f.takeInterrupt()
+	f.mu.Unlock()
+	return fakeWalk(items, RealServer{RealKey: GhostReal, Weight: 1}, interrupted, reset, fn,
+		opError(verbWalkRealServers, vs, RealKey{}, "", ErrDumpInterrupted))
 }
 
 // AddRealServer adds rs to vs; IsExist(err) if rs is there already,

@@ -116,15 +116,35 @@ type Timeouts struct {
 
 // Interface is the kernel boundary for IPVS. Implementations are safe for
 // concurrent use.
+//
+// The walk rules, for WalkVirtualServers and WalkRealServers:
+//   - fn gets each item once per attempt, in the kernel's order. An error
+//     from fn stops the walk and is returned as it is.
+//   - When the kernel reports the dump inconsistent or lost part of it,
+//     the walk starts again from the beginning, a few times at most;
+//     before each restart it calls reset, which must drop everything fn
+//     has received so far (for a caller filling a map: clear it). With a
+//     nil reset the walk does not restart: it fails with an error for
+//     which errors.Is(err, ErrDumpInterrupted) holds. It fails that way
+//     too when the restarts run out.
+//   - fn may call any method of the same Interface, another walk
+//     included.
 type Interface interface {
 	// ListVirtualServers dumps every virtual server in the kernel.
 	ListVirtualServers() ([]VirtualServer, error)
+	// WalkVirtualServers streams every virtual server to fn as the
+	// kernel's dump arrives, without collecting them: memory does not grow
+	// with the table. See the walk rules below.
+	WalkVirtualServers(reset func(), fn func(VirtualServer) error) error
 	AddVirtualServer(vs VirtualServer) error
 	UpdateVirtualServer(vs VirtualServer) error
 	DeleteVirtualServer(key ServiceKey) error
 
 	// ListRealServers dumps the real servers of one virtual server.
 	ListRealServers(vs ServiceKey) ([]RealServer, error)
+	// WalkRealServers streams the real servers of vs to fn (none, and no
+	// error, when vs does not exist). See the walk rules below.
+	WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer) error) error
 	AddRealServer(vs ServiceKey, rs RealServer) error
 	UpdateRealServer(vs ServiceKey, rs RealServer) error
 	DeleteRealServer(vs ServiceKey, rs RealKey) error

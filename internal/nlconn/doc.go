@@ -1,0 +1,28 @@
+// Package nlconn is the netlink request/reply connection the kernel
+// adapters (ipvs, ipset, dummyif) read their dumps with.
+//
+// A full pass on a large node dumps 100,000 virtual servers, a million
+// real servers and sets of as many entries. The libraries the adapters
+// otherwise use read a whole dump into memory before returning it, and
+// moby/ipvs keeps reading forever when a reply's sequence number does
+// not match. Conn instead hands each reply message to a callback as it
+// arrives, in one reused receive buffer, and bounds every wait:
+//
+//   - the receive buffer (SO_RCVBUFFORCE when privileged, else SO_RCVBUF)
+//     is sized so the kernel never finds it full when it builds the next
+//     part of a dump;
+//   - a system call interrupted by a signal (EINTR) is repeated;
+//   - a dump the kernel marks inconsistent (NLM_F_DUMP_INTR) or that lost
+//     messages (ENOBUFS) is restarted from the beginning a bounded number
+//     of times, after the caller's reset has dropped what it had;
+//   - a receive times out, so a lost reply cannot hang the sync loop;
+//   - replies to other requests (another sequence number) are skipped.
+package nlconn
+
+import "errors"
+
+// ErrDumpInterrupted says a dump could not be read consistently: the
+// kernel reported it was interrupted by a concurrent change, or replies
+// were lost, and it was not (or no longer) restarted. What the callback
+// received is incomplete or mixes two states of the table; drop it.
+var ErrDumpInterrupted = errors.New("netlink dump interrupted by concurrent changes; results would be inconsistent")
