@@ -3,6 +3,7 @@
 // Command e2ectl is the sandbox's helper, one static binary for the guest:
 //
 //	e2ectl backend --name N --tcp 8080 --udp 5353   a pod's server: answers with N
+//	                                                (GET /peer: "N SOURCE-ADDRESS")
 //	e2ectl sctp --name N --ip IP --port P           a pod's SCTP server: answers with N
 //	                                                (GET /peer: "N SOURCE-ADDRESS")
 //	e2ectl keys DIR                                 service-account key pair for the apiserver
