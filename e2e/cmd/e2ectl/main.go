@@ -5,7 +5,6 @@
 //	e2ectl backend --name N --tcp 8080 --udp 5353   a pod's server: answers with N
 //	                                                (GET /peer: "N SOURCE-ADDRESS")
 //	e2ectl sctp --name N --ip IP --port P           a pod's SCTP server: answers with N
-//	                                                (GET /peer: "N SOURCE-ADDRESS")
 //	e2ectl keys DIR                                 service-account key pair for the apiserver
 //	e2ectl node --kubeconfig F --name N --ip IP     register the sandbox Node
 //	e2ectl apply --kubeconfig F [--pods DIR] FILE…  create Services/EndpointSlices
