@@ -3,27 +3,45 @@ package sync
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
-	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
 
-// kernelSnapshot is one read of everything ipvsproxy may own: the
-// addresses on kube-ipvs0, every virtual server (with the real servers of
-// those ipvsproxy owns), and the entries of its sets.
-type kernelSnapshot struct {
-	addrs   map[netip.Addr]bool
-	vs      map[ipvs.ServiceKey]*kernelVS
-	entries map[SetEntry]bool
-}
-
-type kernelVS struct {
-	vs    ipvs.VirtualServer
-	reals []ipvs.RealServer // sorted; only listed for owned virtual servers
-	owned bool
+// A full pass reads the kernel, takes what it finds as the applied state
+// of every service (adoption: a restart writes nothing when the kernel
+// already matches), syncs each service against it, and then prunes owned
+// objects that no service wants. It repairs any drift: an object deleted,
+// added or changed behind ipvsproxy's back.
+//
+// A pass is spread over many small steps (BeginPass, StepPass until done,
+// FinishPass) so that the Runner can sync changed services between them:
+// at tens of thousands of services a pass takes seconds to minutes, and a
+// change must not wait for it. What makes that safe:
+//   - the virtual servers, addresses and set entries are read once, at
+//     BeginPass; the real servers of a service's virtual servers are read
+//     in its own step, right before it is adopted and synced, so the read
+//     and the writes that follow see the same kernel;
+//   - every sync, in the pass or between its steps, updates the pass's
+//     snapshot with what it removed and added (noteSynced), so a later
+//     adoption or the final prune never acts on a read that ipvsproxy's
+//     own writes have made stale. Drift made by someone else after the
+//     pass began is found by the next pass;
+//   - the final prune removes only objects that were in the kernel when
+//     the pass began and that no record references when it ends.
+//
+// Objects ipvsproxy does not own — virtual servers on addresses that are
+// not bound on kube-ipvs0, anything in an excluded CIDR, sets it did not
+// create — are never touched.
+type fullPass struct {
+	snap    *kernelSnapshot
+	keys    []string // every key known when the pass began, sorted
+	next    int      // keys[next:] are still to do
+	failed  map[string]error
+	adopted int
 }
 
 // FullSyncResult says what a full pass found and did.
@@ -33,120 +51,111 @@ type FullSyncResult struct {
 	Adopted int              // service keys whose kernel state was read back
 }
 
-// FullSync reads the kernel once, takes what it finds as the applied state
-// of every wanted service (adoption: a restart writes nothing when the
-// kernel already matches), syncs each service against it, and then prunes
-// owned objects that no service wants. It repairs any drift: an object
-// deleted, added or changed behind ipvsproxy's back.
-//
-// want must hold every service the proxy knows, including those whose state
-// is empty. Objects ipvsproxy does not own — virtual servers on addresses
-// that are not bound on kube-ipvs0, anything in an excluded CIDR, sets it
-// did not create — are never touched.
-func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, error) {
-	snap, err := r.snapshot(want)
+// BeginPass starts a full pass over keys (the services the proxy knows;
+// services with an applied record are added) by reading the kernel's
+// virtual servers, addresses and set entries. A pass already running is
+// abandoned. If the kernel cannot be read, no pass starts and the records
+// are kept as they are.
+func (r *Reconciler) BeginPass(keys []string) error {
+	snap, err := r.snapshot()
 	if err != nil {
+		return err
+	}
+	all := make(map[string]bool, len(keys)+len(r.applied))
+	for _, k := range keys {
+		all[k] = true
+	}
+	for k := range r.applied {
+		all[k] = true
+	}
+	r.pending = nil // the pass's read is newer than the start-up one
+	r.pass = &fullPass{
+		snap:   snap,
+		keys:   slices.Sorted(maps.Keys(all)),
+		failed: map[string]error{},
+	}
+	return nil
+}
+
+// PassRunning reports whether a full pass has begun and not finished.
+func (r *Reconciler) PassRunning() bool { return r.pass != nil }
+
+// StepPass adopts and syncs the pass's next services, building each one's
+// desired state with want when its turn comes, until stop reports true
+// (asked after each service; at least one is done). It returns the
+// services that failed in this step and whether the pass has no service
+// left (FinishPass is next).
+func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() bool) (map[string]error, bool) {
+	p := r.pass
+	if p == nil {
+		return nil, true
+	}
+	var failed map[string]error
+	for p.next < len(p.keys) {
+		key := p.keys[p.next]
+		p.next++
+		if err := r.passKey(key, want(key)); err != nil {
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[key] = err
+			p.failed[key] = err
+		}
+		if stop() {
+			break
+		}
+	}
+	return failed, p.next == len(p.keys)
+}
+
+// passKey is one service's share of a full pass.
+func (r *Reconciler) passKey(key string, w *ServiceState) error {
+	p := r.pass
+	if w == nil {
+		w = &ServiceState{}
+	}
+	if err := r.loadRealsOf(key, w, p.snap); err != nil {
+		return fmt.Errorf("read real servers: %w", err)
+	}
+	r.forgetKey(key)
+	r.adoptKey(key, w, p.snap)
+	if r.applied[key] != nil {
+		p.adopted++
+	}
+	err := r.Sync(key, w)
+	return errors.Join(err, r.pruneReals(key, p.snap))
+}
+
+// FinishPass ends the pass: it removes the owned virtual servers,
+// addresses and set entries that were in the kernel when the pass began
+// and that no service references now.
+func (r *Reconciler) FinishPass() FullSyncResult {
+	p := r.pass
+	if p == nil {
+		return FullSyncResult{}
+	}
+	r.pass = nil
+	return FullSyncResult{Failed: p.failed, Prune: r.prune(p.snap), Adopted: p.adopted}
+}
+
+// AbortPass abandons a running pass without pruning (the node changed and
+// a new pass must start with the change applied).
+func (r *Reconciler) AbortPass() { r.pass = nil }
+
+// FullSync runs a whole pass at once over want, which must hold every
+// service the proxy knows, including those whose state is empty.
+func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, error) {
+	if err := r.BeginPass(slices.Collect(maps.Keys(want))); err != nil {
 		// Without a true picture of the kernel, keep the records we have.
 		return FullSyncResult{}, fmt.Errorf("full sync: read kernel state: %w", err)
 	}
-	r.pending = nil
-	r.adopt(want, snap)
 	r.sizeSets(want)
-	res := FullSyncResult{Failed: map[string]error{}, Adopted: len(r.applied)}
-	for _, key := range sortedKeys(want) {
-		if err := r.Sync(key, want[key]); err != nil {
-			res.Failed[key] = err
+	for {
+		if _, done := r.StepPass(func(k string) *ServiceState { return want[k] }, func() bool { return false }); done {
+			break
 		}
 	}
-	res.Prune = r.prune(snap)
-	return res, nil
-}
-
-func (r *Reconciler) snapshot(want map[string]*ServiceState) (*kernelSnapshot, error) {
-	snap := &kernelSnapshot{
-		addrs:   map[netip.Addr]bool{},
-		vs:      map[ipvs.ServiceKey]*kernelVS{},
-		entries: map[SetEntry]bool{},
-	}
-	addrs, err := r.kernel.Dummy.ListAddresses()
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range addrs {
-		snap.addrs[a] = true
-	}
-	for _, set := range r.sets {
-		entries, err := r.kernel.IPSet.ListEntries(set)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			snap.entries[SetEntry{Set: set, Entry: e}] = true
-		}
-	}
-	wanted := map[ipvs.ServiceKey]bool{}
-	for _, st := range want {
-		for _, v := range st.VirtualServers {
-			wanted[v.VS.ServiceKey] = true
-		}
-	}
-	vss, err := r.kernel.IPVS.ListVirtualServers()
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range vss {
-		kv := &kernelVS{vs: v, owned: wanted[v.ServiceKey] || !r.excluded(v.Address) && snap.owns(v.ServiceKey)}
-		kv.vs.Stats = ipvs.Stats{}
-		if kv.owned {
-			reals, err := r.kernel.IPVS.ListRealServers(v.ServiceKey)
-			if err != nil {
-				return nil, err
-			}
-			slices.SortFunc(reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
-			kv.reals = reals
-		}
-		snap.vs[v.ServiceKey] = kv
-	}
-	return snap, nil
-}
-
-// owns reports whether a virtual server nobody wants any more is
-// ipvsproxy's to remove: its address is bound on kube-ipvs0, or ipvsproxy's
-// sets still describe it (a load-balancer or external IP that is local on
-// another interface, a node port). A virtual server someone else made on
-// the node's addresses is left alone.
-func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
-	if s.addrs[k.Address] {
-		return true
-	}
-	v6 := k.Address.Is6()
-	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
-	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
-		if s.entries[SetEntry{Set: SetName(set, v6), Entry: ipPort}] {
-			return true
-		}
-	}
-	var bitmap string
-	switch k.Protocol {
-	case ipvs.TCP:
-		bitmap = SetNodePortTCP
-	case ipvs.UDP:
-		bitmap = SetNodePortUDP
-	default:
-		return false
-	}
-	return s.entries[SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
-}
-
-// adopt replaces the applied records with the part of each wanted state
-// the kernel really holds, as the kernel holds it (a virtual server with
-// another scheduler is recorded with the kernel's scheduler, so the Sync
-// that follows updates it in place).
-func (r *Reconciler) adopt(want map[string]*ServiceState, snap *kernelSnapshot) {
-	r.resetRecords(len(want))
-	for _, key := range sortedKeys(want) {
-		r.adoptKey(key, want[key], snap)
-	}
+	return r.FinishPass(), nil
 }
 
 func (r *Reconciler) resetRecords(n int) {
@@ -157,8 +166,39 @@ func (r *Reconciler) resetRecords(n int) {
 	r.vsOwner = map[ipvs.ServiceKey]string{}
 }
 
+// forgetKey drops key's applied record and its share of the shared
+// objects' reference counts, before the record is read back from the
+// kernel. The kernel is not touched.
+func (r *Reconciler) forgetKey(key string) {
+	st := r.applied[key]
+	if st == nil {
+		return
+	}
+	for _, a := range st.Addresses {
+		if r.addrRefs[a]--; r.addrRefs[a] <= 0 {
+			delete(r.addrRefs, a)
+		}
+	}
+	for _, e := range st.Entries {
+		if r.entryRefs[e]--; r.entryRefs[e] <= 0 {
+			delete(r.entryRefs, e)
+			r.setSize[e.Set]--
+		}
+	}
+	for _, v := range st.VirtualServers {
+		if r.vsOwner[v.VS.ServiceKey] == key {
+			delete(r.vsOwner, v.VS.ServiceKey)
+		}
+	}
+	delete(r.applied, key)
+}
+
 // adoptKey adds to key's applied record the objects of w that the snapshot
-// shows in the kernel and the record does not hold yet.
+// shows in the kernel and the record does not hold yet, as the kernel
+// holds them (a virtual server with another scheduler is recorded with
+// the kernel's scheduler, so the Sync that follows updates it in place).
+// Real servers are adopted only for virtual servers whose real servers
+// were loaded.
 func (r *Reconciler) adoptKey(key string, w *ServiceState, snap *kernelSnapshot) {
 	have := r.applied[key]
 	if have == nil {
@@ -176,28 +216,7 @@ func (r *Reconciler) adoptKey(key string, w *ServiceState, snap *kernelSnapshot)
 		}
 	}
 	for _, v := range w.VirtualServers {
-		kv := snap.vs[v.VS.ServiceKey]
-		if kv == nil {
-			continue
-		}
-		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
-			continue
-		}
-		i := slices.IndexFunc(got.VirtualServers, func(x VirtualServerState) bool { return x.VS.ServiceKey == v.VS.ServiceKey })
-		if i < 0 {
-			r.vsOwner[v.VS.ServiceKey] = key
-			got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.vs})
-			i = len(got.VirtualServers) - 1
-		}
-		rec := &got.VirtualServers[i]
-		rec.Reals = slices.Clone(rec.Reals)
-		sorted.Walk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
-			func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
-			func(k, _ ipvs.RealServer) {
-				if !slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == k.RealKey }) {
-					rec.Reals = append(rec.Reals, ipvs.RealServer{RealKey: k.RealKey, Weight: k.Weight})
-				}
-			})
+		r.adoptVS(key, got, v, snap.vs[v.VS.ServiceKey])
 	}
 	for _, e := range w.Entries {
 		if snap.entries[e] && !slices.Contains(have.Entries, e) {
@@ -215,15 +234,41 @@ func (r *Reconciler) adoptKey(key string, w *ServiceState, snap *kernelSnapshot)
 	r.applied[key] = got
 }
 
+// adoptVS records in got the kernel's virtual server kv for the wanted v,
+// with the wanted real servers the kernel holds.
+func (r *Reconciler) adoptVS(key string, got *ServiceState, v VirtualServerState, kv *kernelVS) {
+	if kv == nil {
+		return
+	}
+	if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
+		return
+	}
+	i := slices.IndexFunc(got.VirtualServers, func(x VirtualServerState) bool { return x.VS.ServiceKey == v.VS.ServiceKey })
+	if i < 0 {
+		r.vsOwner[v.VS.ServiceKey] = key
+		got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.vs})
+		i = len(got.VirtualServers) - 1
+	}
+	rec := &got.VirtualServers[i]
+	rec.Reals = slices.Clone(rec.Reals)
+	sorted.Walk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+		func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
+		func(k, _ ipvs.RealServer) {
+			if !slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == k.RealKey }) {
+				rec.Reals = append(rec.Reals, ipvs.RealServer{RealKey: k.RealKey, Weight: k.Weight})
+			}
+		})
+}
+
 // BeginAdoption reads the kernel once at start-up, before the informers
 // have delivered everything, so that each service can be adopted and
 // programmed as soon as it arrives: at 100,000 services the first ones are
-// in the kernel long before the last is listed. Until the first FullSync,
-// Sync adopts from this snapshot what the kernel already holds (a restart
-// still writes nothing) and nothing is pruned: a service not seen yet is
-// not a service that was deleted.
+// in the kernel long before the last is listed. Until the first full pass
+// begins, Sync adopts from this snapshot what the kernel already holds (a
+// restart still writes nothing) and nothing is pruned: a service not seen
+// yet is not a service that was deleted.
 func (r *Reconciler) BeginAdoption() error {
-	snap, err := r.snapshot(nil)
+	snap, err := r.snapshot()
 	if err != nil {
 		return fmt.Errorf("read kernel state: %w", err)
 	}
@@ -232,84 +277,62 @@ func (r *Reconciler) BeginAdoption() error {
 	return nil
 }
 
-// forgetRemoved keeps the start-up snapshot true after a Sync removed
-// objects: a later adoption must not take them for present.
-func (r *Reconciler) forgetRemoved(old, now *ServiceState) {
-	for _, a := range old.Addresses {
-		if r.addrRefs[a] == 0 {
-			delete(r.pending.addrs, a)
-		}
+// adoptSnapshot is the snapshot a Sync must keep true: the start-up one,
+// or the running pass's.
+func (r *Reconciler) adoptSnapshot() *kernelSnapshot {
+	if r.pending != nil {
+		return r.pending
 	}
-	for _, e := range old.Entries {
-		if r.entryRefs[e] == 0 {
-			delete(r.pending.entries, e)
-		}
-	}
-	for _, v := range old.VirtualServers {
-		kv := r.pending.vs[v.VS.ServiceKey]
-		if kv == nil {
-			continue
-		}
-		if _, owned := r.vsOwner[v.VS.ServiceKey]; !owned {
-			delete(r.pending.vs, v.VS.ServiceKey)
-			continue
-		}
-		var still []ipvs.RealServer
-		if rec := findIn(now, v.VS.ServiceKey); rec != nil {
-			still = rec.Reals
-		}
-		kv.reals = slices.DeleteFunc(kv.reals, func(rs ipvs.RealServer) bool {
-			return slices.ContainsFunc(v.Reals, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey }) &&
-				!slices.ContainsFunc(still, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey })
-		})
-	}
-}
-
-func findIn(st *ServiceState, k ipvs.ServiceKey) *VirtualServerState {
-	if st == nil {
-		return nil
-	}
-	for i := range st.VirtualServers {
-		if st.VirtualServers[i].VS.ServiceKey == k {
-			return &st.VirtualServers[i]
-		}
+	if r.pass != nil {
+		return r.pass.snap
 	}
 	return nil
 }
 
+// pruneReals retires the real servers of key's virtual servers that the
+// pass read from the kernel and that key does not want (a backend added
+// behind ipvsproxy's back, or left by an earlier run).
+func (r *Reconciler) pruneReals(key string, snap *kernelSnapshot) error {
+	st := r.applied[key]
+	if st == nil {
+		return nil
+	}
+	var errs []error
+	for _, v := range st.VirtualServers {
+		kv := snap.vs[v.VS.ServiceKey]
+		if kv == nil || !kv.loaded {
+			continue
+		}
+		for _, rs := range kv.reals {
+			if slices.ContainsFunc(v.Reals, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey }) ||
+				r.isDraining(v.VS.ServiceKey, rs.RealKey) {
+				continue
+			}
+			if err := r.retireReal(v.VS.ServiceKey, rs); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // prune removes owned kernel objects that no applied record references:
-// virtual servers on ipvsproxy's addresses, real servers of its virtual
-// servers, addresses on kube-ipvs0, and entries of its sets.
+// virtual servers on ipvsproxy's addresses (or described by its sets),
+// addresses on kube-ipvs0, and entries of its sets.
 func (r *Reconciler) prune(snap *kernelSnapshot) error {
 	var errs []error
 	for _, k := range sortedVS(snap.vs) {
-		kv := snap.vs[k]
-		if !kv.owned {
+		if _, owned := r.vsOwner[k]; owned || r.excluded(k.Address) || !snap.owns(k) {
 			continue
 		}
-		owner, ok := r.vsOwner[k]
-		if !ok {
-			err := r.kernel.IPVS.DeleteVirtualServer(k)
-			if ipvs.IsNotExist(err) {
-				err = nil
-			}
-			if err := r.observe("virtual_server", "delete", err); err != nil {
-				errs = append(errs, err)
-			}
-			continue
+		err := r.kernel.IPVS.DeleteVirtualServer(k)
+		if ipvs.IsNotExist(err) {
+			err = nil
 		}
-		rec := r.findVS(owner, k)
-		for _, rs := range kv.reals {
-			if rec != nil && slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == rs.RealKey }) {
-				continue
-			}
-			if r.isDraining(k, rs.RealKey) {
-				continue
-			}
-			if err := r.retireReal(k, rs); err != nil {
-				errs = append(errs, err)
-			}
+		if err := r.observe("virtual_server", "delete", err); err != nil {
+			errs = append(errs, err)
 		}
+		delete(r.draining, k)
 	}
 	for a := range snap.addrs {
 		if r.addrRefs[a] > 0 || r.excluded(a) {
@@ -330,34 +353,6 @@ func (r *Reconciler) prune(snap *kernelSnapshot) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) findVS(key string, k ipvs.ServiceKey) *VirtualServerState {
-	st := r.applied[key]
-	if st == nil {
-		return nil
-	}
-	i, ok := slices.BinarySearchFunc(st.VirtualServers, k, func(v VirtualServerState, k ipvs.ServiceKey) int {
-		return compareServiceKey(v.VS.ServiceKey, k)
-	})
-	if !ok {
-		return nil
-	}
-	return &st.VirtualServers[i]
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 func sortedVS(m map[ipvs.ServiceKey]*kernelVS) []ipvs.ServiceKey {
-	keys := make([]ipvs.ServiceKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareServiceKey)
-	return keys
+	return slices.SortedFunc(maps.Keys(m), compareServiceKey)
 }

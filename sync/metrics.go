@@ -11,6 +11,7 @@ import (
 // working; ipvsproxy_* are ipvsproxy's own.
 type Metrics struct {
 	SyncDuration       prometheus.Histogram
+	FullPassDuration   prometheus.Histogram
 	NetworkProgramming prometheus.Histogram
 	LastSync           prometheus.Gauge
 	LastQueued         prometheus.Gauge
@@ -37,6 +38,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "duration_seconds",
 			Help: "SyncProxyRules latency in seconds", Buckets: buckets}),
+		// Named like kube-proxy's (iptables and nftables modes): a full pass
+		// here runs in steps between incremental syncs, so this is its wall
+		// time from start to prune, not time the proxy was blocked.
+		FullPassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_full_proxy_rules", Name: "duration_seconds",
+			Help:    "Full pass (kernel read, drift repaired, stale objects pruned) duration in seconds, from start to end",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18)}), // 10 ms … 22 min
 		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help:    "In Cluster Network Programming Latency in seconds (from the oldest change queued to the kernel holding it)",
@@ -89,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Stale UDP conntrack entries deleted after their backend went away"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
+		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
 			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.KernelOps,
 			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.SetGrowths)
@@ -137,6 +145,8 @@ func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed
 		m.ServicePending.Set(0)
 	}
 }
+
+func (m *Metrics) fullPass(d time.Duration) { m.FullPassDuration.Observe(d.Seconds()) }
 
 func (m *Metrics) noLocalEndpoints(byKey map[string]noLocal) {
 	var internal, external int

@@ -53,7 +53,8 @@ type Reconciler struct {
 	now       func() time.Time
 	setSpecs  map[string]ipset.Set // owned sets' definitions, as grown
 	setSize   map[string]int       // entries per set, counted once each
-	pending   *kernelSnapshot      // start-up snapshot until the first FullSync
+	pending   *kernelSnapshot      // start-up snapshot until the first full pass
+	pass      *fullPass            // the full pass in progress, if any
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
@@ -63,7 +64,7 @@ type Reconciler struct {
 }
 
 // NewReconciler returns a Reconciler with an empty applied record. The
-// first FullSync adopts whatever the kernel already holds.
+// first full pass adopts whatever the kernel already holds.
 func NewReconciler(k Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
 	return &Reconciler{
 		kernel:    k,
@@ -119,11 +120,16 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 		want = &ServiceState{}
 	}
 	if r.pending != nil {
+		if err := r.loadRealsOf(key, want, r.pending); err != nil {
+			return fmt.Errorf("read real servers: %w", err)
+		}
 		r.adoptKey(key, want, r.pending)
 		if a := r.applied[key]; a != nil {
 			have = a
 		}
-		defer func() { r.forgetRemoved(have, r.applied[key]) }()
+	}
+	if snap := r.adoptSnapshot(); snap != nil {
+		defer func() { r.noteSynced(snap, have, r.applied[key]) }()
 	}
 	if have.equal(want) {
 		return nil // the common case of a full pass with no drift: no allocation

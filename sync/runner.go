@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"slices"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 // Sentinel keys: no service key ("namespace/name") looks like these.
 const (
 	fullSyncKey = ""       // run a full pass
+	passKey     = "/pass"  // do the next step of the running full pass
 	drainKey    = "/drain" // sweep draining real servers
 )
 
@@ -37,6 +39,9 @@ type RunnerConfig struct {
 	Build         Config
 	SyncPeriod    time.Duration // a full pass at least this often (kube-proxy: ipvs.syncPeriod)
 	MinSyncPeriod time.Duration // at most one sync batch per this period
+	// PassStep is how long one step of a full pass may run before queued
+	// changes get their turn (default 20 ms).
+	PassStep time.Duration
 	// Prepare makes sure the node-wide objects exist (the dummy link, the
 	// sets, the fixed iptables rules) before every full pass.
 	Prepare      func() error
@@ -73,6 +78,7 @@ type Runner struct {
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
 	fullDone   atomic.Bool  // the first full pass (adoption) has completed
+	passStart  time.Time    // when the running full pass began
 }
 
 // NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the
@@ -89,6 +95,9 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 	}
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
+	}
+	if cfg.PassStep <= 0 {
+		cfg.PassStep = 20 * time.Millisecond
 	}
 	m := cfg.Metrics
 	if m == nil {
@@ -182,11 +191,74 @@ func (r *Runner) tickFullSync(ctx context.Context) {
 	}
 }
 
-// processBatch takes every key queued so far and syncs them as one batch.
+// processBatch takes every key queued so far and syncs them as one batch,
+// then, if a full pass is running, does one step of it (see fullPass):
+// a change queued while a pass runs waits for at most one step.
 func (r *Runner) processBatch(ctx context.Context) bool {
+	keys, ok := r.takeQueued()
+	if !ok {
+		return false
+	}
+	// The sentinels are taken out of the batch at once, so that the queue
+	// takes them again while this batch runs. fullSyncKey's backoff is
+	// forgotten only when a pass finishes cleanly.
+	if i := indexOf(keys, drainKey); i >= 0 {
+		keys = slices.Delete(keys, i, i+1)
+		r.sweep()
+		r.done(drainKey, nil)
+	}
+	passWanted := false
+	for _, k := range []string{fullSyncKey, passKey} {
+		if i := indexOf(keys, k); i >= 0 {
+			keys = slices.Delete(keys, i, i+1)
+			passWanted = passWanted || k == fullSyncKey
+			r.queue.Done(k)
+		}
+	}
+	if len(keys) == 0 && !passWanted && !r.rec.PassRunning() {
+		return true
+	}
+	queuedAt := r.lastQueued.Swap(0)
+	start := time.Now()
+	failed := r.syncKeys(keys)
+	passFinished := r.stepFullPass(passWanted, start, failed)
+	r.clearStaleFlows()
+	end := time.Now()
+	for _, k := range keys {
+		r.done(k, failed[k])
+	}
+	for k, err := range failed {
+		if !contains(keys, k) { // found by the pass, or the pass itself
+			if k != fullSyncKey {
+				klog.ErrorS(err, "Sync failed; will retry", "service", k)
+			}
+			r.queue.AddRateLimited(k)
+		}
+	}
+	if len(failed) == 0 {
+		r.lastSynced.Store(end.UnixNano())
+	} else if queuedAt != 0 {
+		// Not done: the oldest pending change is still pending.
+		r.lastQueued.CompareAndSwap(0, queuedAt)
+	}
+	r.metrics.synced(passFinished, start, end, queuedAt, len(failed), r.queue.Len())
+	if len(keys) == 0 {
+		return true // a step of a pass: nothing to coalesce
+	}
+	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	return true
+}
+
+// takeQueued waits for a key and returns it with every key queued so far.
+func (r *Runner) takeQueued() ([]string, bool) {
 	key, quit := r.queue.Get()
 	if quit {
-		return false
+		return nil, false
 	}
 	keys := []string{key}
 	for r.queue.Len() > 0 {
@@ -196,58 +268,19 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		}
 		keys = append(keys, k)
 	}
-	if i := indexOf(keys, drainKey); i >= 0 {
-		keys = append(keys[:i], keys[i+1:]...)
-		r.sweep()
-		r.queue.Forget(drainKey)
-		r.queue.Done(drainKey)
-		if len(keys) == 0 {
-			return true
-		}
-	}
-	queuedAt := r.lastQueued.Swap(0)
-	start := time.Now()
-	full := indexOf(keys, fullSyncKey) >= 0
-	var failed map[string]error
-	if full {
-		failed = r.fullSync()
+	return keys, true
+}
+
+// done tells the queue a key taken from it has been handled: forgotten
+// when err is nil, queued again with backoff otherwise.
+func (r *Runner) done(k string, err error) {
+	if err != nil {
+		klog.ErrorS(err, "Sync failed; will retry", "service", k)
+		r.queue.AddRateLimited(k)
 	} else {
-		failed = r.syncKeys(keys)
+		r.queue.Forget(k)
 	}
-	r.clearStaleFlows()
-	end := time.Now()
-	for _, k := range keys {
-		if err, bad := failed[k]; bad {
-			klog.ErrorS(err, "Sync failed; will retry", "service", k)
-			r.queue.AddRateLimited(k)
-		} else {
-			r.queue.Forget(k)
-		}
-		r.queue.Done(k)
-	}
-	if full {
-		// Failed keys found by a full pass were not in this batch's keys.
-		for k, err := range failed {
-			if k != fullSyncKey && indexOf(keys, k) < 0 {
-				klog.ErrorS(err, "Sync failed; will retry", "service", k)
-				r.queue.AddRateLimited(k)
-			}
-		}
-	}
-	if len(failed) == 0 {
-		r.lastSynced.Store(end.UnixNano())
-	} else if queuedAt != 0 {
-		// Not done: the oldest pending change is still pending.
-		r.lastQueued.CompareAndSwap(0, queuedAt)
-	}
-	r.metrics.synced(full, start, end, queuedAt, len(failed), r.queue.Len())
-	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	return true
+	r.queue.Done(k)
 }
 
 func indexOf(keys []string, k string) int {
@@ -290,7 +323,8 @@ func (r *Runner) clearStaleFlows() {
 
 // UpdateNode changes what the builder knows about the node (addresses,
 // zone) and queues a full pass, which rebuilds every service and writes
-// only what the change affects (the node-port virtual servers, say).
+// only what the change affects (the node-port virtual servers, say). A
+// pass already running starts over with the change applied.
 func (r *Runner) UpdateNode(change func(*Config)) {
 	r.nodeMu.Lock()
 	r.nodeUpdates = append(r.nodeUpdates, change)
@@ -362,40 +396,66 @@ func (r *Runner) syncKeys(keys []string) map[string]error {
 	return failed
 }
 
-func (r *Runner) fullSync() map[string]error {
-	failed := map[string]error{}
-	r.applyNodeUpdates()
-	if r.cfg.Prepare != nil {
-		if err := r.cfg.Prepare(); err != nil {
-			klog.ErrorS(err, "Preparing node-wide objects failed")
+// stepFullPass begins a full pass when one is wanted and none runs (or a
+// node change must restart it), and does one step of the running pass,
+// PassStep long. Failures are added to failed; it reports whether the pass
+// finished.
+func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]error) bool {
+	if wanted && (!r.rec.PassRunning() || r.nodeChanged()) {
+		if err := r.beginFullPass(); err != nil {
 			failed[fullSyncKey] = err
-			return failed
+			return false
 		}
 	}
-	keys := r.tracker.Keys()
-	want := make(map[string]*ServiceState, len(keys))
-	for _, k := range keys {
-		want[k] = r.build(k)
+	if !r.rec.PassRunning() {
+		return false
 	}
-	res, err := r.rec.FullSync(want)
-	if err != nil {
-		klog.ErrorS(err, "Full sync could not read the kernel")
-		failed[fullSyncKey] = err
-		return failed
+	stepFailed, done := r.rec.StepPass(r.build, func() bool { return time.Since(start) >= r.cfg.PassStep })
+	for k, err := range stepFailed {
+		failed[k] = err
 	}
+	if !done {
+		r.queue.Add(passKey)
+		return false
+	}
+	res := r.rec.FinishPass()
 	if res.Prune != nil {
 		klog.ErrorS(res.Prune, "Full sync could not remove some stale objects")
 		failed[fullSyncKey] = res.Prune
-	}
-	for k, e := range res.Failed {
-		failed[k] = e
+	} else {
+		r.queue.Forget(fullSyncKey)
 	}
 	r.fullDone.Store(true)
+	r.metrics.fullPass(time.Since(r.passStart))
 	r.metrics.services(r.rec.Keys())
 	if r.cfg.OnFullSync != nil {
 		r.cfg.OnFullSync(r.rec.Counts())
 	}
-	return failed
+	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
+		"failed", len(res.Failed), "duration", time.Since(r.passStart))
+	return true
+}
+
+func (r *Runner) nodeChanged() bool {
+	r.nodeMu.Lock()
+	defer r.nodeMu.Unlock()
+	return len(r.nodeUpdates) > 0
+}
+
+func (r *Runner) beginFullPass() error {
+	r.applyNodeUpdates()
+	if r.cfg.Prepare != nil {
+		if err := r.cfg.Prepare(); err != nil {
+			klog.ErrorS(err, "Preparing node-wide objects failed")
+			return err
+		}
+	}
+	if err := r.rec.BeginPass(r.tracker.Keys()); err != nil {
+		klog.ErrorS(err, "Full sync could not read the kernel")
+		return err
+	}
+	r.passStart = time.Now()
+	return nil
 }
 
 // Pending returns when the oldest change not yet synced was queued (zero

@@ -1,0 +1,227 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// kernelText is what an operator sees: ipvsadm -Sn, the set entries and
+// the addresses on kube-ipvs0.
+func (k *kernel) text() string {
+	return k.ipvs.String() + k.ipsetEntries() + fmt.Sprint(k.dummy.Addresses())
+}
+
+// reference programs e's services, as they are now, on a new kernel: what
+// a correct engine must have left.
+func (e *engine) reference() string {
+	e.t.Helper()
+	k := newKernel(e.t)
+	ref := newEngine(e.t, k)
+	for key, s := range e.services {
+		ref.services[key], ref.slices[key] = s, e.slices[key]
+	}
+	ref.full()
+	return k.text()
+}
+
+// beginPass starts a pass over e's services.
+func (e *engine) beginPass() {
+	e.t.Helper()
+	var keys []string
+	for k := range e.services {
+		keys = append(keys, k)
+	}
+	must(e.t, e.rec.BeginPass(keys))
+}
+
+// step does one service of the pass; it reports whether the pass is done.
+func (e *engine) step() bool {
+	e.t.Helper()
+	failed, done := e.rec.StepPass(e.want, func() bool { return true })
+	if len(failed) > 0 {
+		e.t.Fatalf("pass step failed: %v", failed)
+	}
+	return done
+}
+
+func (e *engine) finishPass() {
+	e.t.Helper()
+	if res := e.rec.FinishPass(); len(res.Failed) > 0 || res.Prune != nil {
+		e.t.Fatalf("pass failures: %v prune: %v", res.Failed, res.Prune)
+	}
+}
+
+// TestPassInStepsWithChangesBetween: a full pass done one service at a
+// time, with the changes a busy cluster makes synced between its steps,
+// repairs the drift it was started for and leaves the kernel exactly as
+// a clean node programmed with the final objects — neither undoing a
+// change nor resurrecting a deleted service nor pruning a new one.
+func TestPassInStepsWithChangesBetween(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := 0; i < 12; i++ {
+		e.apply(manyService(i, 3))
+	}
+	e.apply(svc("default", "udp", "10.96.1.1", "53/UDP"),
+		slice("default", "udp", "u1", "", 53, v1.ProtocolUDP, ep{ip: "10.244.1.7"}, ep{ip: "10.244.1.8", node: testNode}))
+
+	// Drift behind the engine's back, in services the pass reaches early
+	// and late (keys are taken in order: ns/svc-0, ns/svc-1, ns/svc-10 …).
+	vs0 := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.0"), Protocol: ipvs.TCP, Port: 80}
+	vs9 := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.9"), Protocol: ipvs.TCP, Port: 80}
+	must(t, k.ipvs.DeleteRealServer(vs0, ipvs.RealKey{Address: netip.MustParseAddr("10.129.0.0"), Port: 8080}))
+	must(t, k.ipvs.AddRealServer(vs9, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.250.0.1"), Port: 8080}, Weight: 1}))
+	must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.1.1"), Protocol: ipvs.UDP, Port: 53}))
+	must(t, k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.5")))
+	stray := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.3"), Protocol: ipvs.TCP, Port: 9999}, Scheduler: "rr"}
+	must(t, k.ipvs.AddVirtualServer(stray))
+	must(t, k.ipset.AddEntry(SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
+
+	e.beginPass()
+	steps := 0
+	for !e.step() {
+		steps++
+		switch steps {
+		case 1: // svc-0 done: change it again (already stepped)
+			e.apply(manyService(0, 4))
+		case 2: // svc-11 not stepped yet: an endpoint goes away
+			e.apply(manyService(11, 2))
+		case 3: // svc-9 deleted before its step; a new service arrives
+			e.remove("ns/svc-9")
+			e.apply(manyService(40, 2))
+		case 5: // svc-8's endpoint leaves and comes back before its step
+			e.apply(manyService(8, 2))
+			e.apply(manyService(8, 3))
+		}
+	}
+	e.finishPass()
+	if steps < 10 {
+		t.Fatalf("the pass took %d steps; the test needs one per service", steps)
+	}
+	assertText(t, "kernel after a pass with changes between its steps", k.text(), e.reference())
+	if e.rec.PassRunning() {
+		t.Error("pass still running after FinishPass")
+	}
+}
+
+// TestPassReadsRealServersInEachStep: the pass's start reads the addresses,
+// the sets and the virtual servers once; the real servers of a service's
+// virtual servers are read in that service's own step, so that a pass
+// spread over minutes never adopts a read taken long before its writes.
+func TestPassReadsRealServersInEachStep(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := 0; i < 5; i++ {
+		e.apply(manyService(i, 3))
+	}
+	k.resetCounts()
+	e.beginPass()
+	if n := k.ipvs.Count("ListRealServers"); n != 0 {
+		t.Errorf("BeginPass listed the real servers of %d virtual servers", n)
+	}
+	if n, want := k.reads(), 2+len(e.rec.sets); n != want {
+		t.Errorf("BeginPass made %d dumps, want %d (addresses, virtual servers, one per owned set)", n, want)
+	}
+	for i := 1; !e.step(); i++ {
+		if n := k.ipvs.Count("ListRealServers"); n != i {
+			t.Fatalf("after %d steps: %d real-server dumps, want one per step", i, n)
+		}
+	}
+	e.finishPass()
+	if w := k.writes(); len(w) != 0 {
+		t.Errorf("a pass over a matching kernel wrote %v", w)
+	}
+}
+
+// TestPassDoesNotAdoptWhatASyncRemoved: an address the pass saw at its
+// start, removed by a sync between steps, must not be taken for present
+// when another service that wants it is adopted later in the pass.
+func TestPassDoesNotAdoptWhatASyncRemoved(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	// Two services sharing an external IP: one address, one entry each.
+	a := svc("default", "a", "10.96.0.10", "80")
+	a.Spec.ExternalIPs = []string{"192.0.2.1"}
+	e.apply(a)
+	z := svc("default", "z", "10.96.0.11", "81")
+	e.apply(z)
+	e.beginPass()
+	// z (stepped last) starts using the external IP only after a's removal
+	// took it off kube-ipvs0 — the pass's start-up read is stale for it.
+	e.remove("default/a")
+	if strings.Contains(fmt.Sprint(k.dummy.Addresses()), "192.0.2.1") {
+		t.Fatal("removing the only user did not unbind the external IP")
+	}
+	if e.step() { // default/a
+		t.Fatal("the pass ended after its first of two services")
+	}
+	z2 := svc("default", "z", "10.96.0.11", "81")
+	z2.Spec.ExternalIPs = []string{"192.0.2.1"}
+	e.services["default/z"] = z2
+	if !e.step() { // default/z, with the external IP now wanted
+		t.Fatal("the pass did not end with its second service")
+	}
+	e.finishPass()
+	assertText(t, "kernel", k.text(), e.reference())
+}
+
+// TestRunnerSyncsChangesBetweenPassSteps: a change that arrives while a
+// full pass runs is in the kernel after the next batch — one step of the
+// pass later — not after the whole pass.
+func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	tracker := NewTracker()
+	runner := NewRunner(RunnerConfig{Build: testConfig, PassStep: time.Nanosecond}, tracker, e.rec)
+	services, slices := tracker.ServiceHandler(), tracker.EndpointSliceHandler()
+	for i := 0; i < 20; i++ {
+		s, sl := manyService(i, 3)
+		services.OnAdd(s, true)
+		slices.OnAdd(sl, true)
+		e.services["ns/"+s.Name], e.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
+	}
+	ctx := context.Background()
+	runner.processBatch(ctx) // the 20 services, incrementally
+	runner.queue.Add(fullSyncKey)
+	runner.processBatch(ctx) // the pass begins, and does one service
+	if !e.rec.PassRunning() {
+		t.Fatal("no pass running after the full-sync key was taken")
+	}
+
+	s, sl := manyService(15, 4)
+	slices.OnUpdate(nil, sl)
+	e.services["ns/"+s.Name], e.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
+	runner.processBatch(ctx)
+	if !strings.Contains(k.ipvs.String(), "-r 10.131.0.15:8080") {
+		t.Fatal("the new endpoint is not in the kernel one batch after it arrived")
+	}
+	if !e.rec.PassRunning() {
+		t.Fatal("the pass ended within two steps; the test needs it still running")
+	}
+	batches := 2
+	for e.rec.PassRunning() {
+		runner.processBatch(ctx)
+		batches++
+	}
+	if batches < 20 {
+		t.Errorf("the pass took %d batches; with a 1 ns step it should take one per service", batches)
+	}
+	if !runner.Ready() {
+		t.Error("not ready after the first full pass finished")
+	}
+	if n := testutil.ToFloat64(runner.metrics.Syncs.WithLabelValues("full")); n != 1 {
+		t.Errorf("ipvsproxy_syncs_total{kind=full} = %v, want 1", n)
+	}
+	assertText(t, "kernel after the pass", k.text(), e.reference())
+}

@@ -1,0 +1,216 @@
+package sync
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// kernelSnapshot is one read of everything ipvsproxy may own: the
+// addresses on kube-ipvs0, every virtual server, and the entries of its
+// sets. The real servers of a virtual server are read only when a service
+// is adopted onto it (loadReals), so that each service's read and the sync
+// that follows see the kernel at the same moment even when a full pass is
+// spread over many batches.
+//
+// A snapshot in use (the start-up one, or a full pass's) is kept true as
+// the reconciler writes (noteSynced): a later adoption must never take for
+// present what ipvsproxy itself deleted since, nor miss what it added.
+type kernelSnapshot struct {
+	addrs   map[netip.Addr]bool
+	vs      map[ipvs.ServiceKey]*kernelVS
+	entries map[SetEntry]bool
+}
+
+type kernelVS struct {
+	vs     ipvs.VirtualServer
+	reals  []ipvs.RealServer // sorted; valid once loaded
+	loaded bool
+}
+
+// snapshot reads the addresses, the owned sets and the virtual servers:
+// one dump each, whatever the number of services.
+func (r *Reconciler) snapshot() (*kernelSnapshot, error) {
+	snap := &kernelSnapshot{
+		addrs:   map[netip.Addr]bool{},
+		vs:      map[ipvs.ServiceKey]*kernelVS{},
+		entries: map[SetEntry]bool{},
+	}
+	addrs, err := r.kernel.Dummy.ListAddresses()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		snap.addrs[a] = true
+	}
+	for _, set := range r.sets {
+		entries, err := r.kernel.IPSet.ListEntries(set)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			snap.entries[SetEntry{Set: set, Entry: e}] = true
+		}
+	}
+	vss, err := r.kernel.IPVS.ListVirtualServers()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vss {
+		v.Stats = ipvs.Stats{}
+		snap.vs[v.ServiceKey] = &kernelVS{vs: v}
+	}
+	return snap, nil
+}
+
+// loadReals reads the real servers of one virtual server, once per
+// snapshot. A virtual server that has gone since the snapshot was taken
+// is dropped from it.
+func (r *Reconciler) loadReals(snap *kernelSnapshot, kv *kernelVS) error {
+	if kv.loaded {
+		return nil
+	}
+	reals, err := r.kernel.IPVS.ListRealServers(kv.vs.ServiceKey)
+	if ipvs.IsNotExist(err) {
+		delete(snap.vs, kv.vs.ServiceKey)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
+	kv.reals, kv.loaded = reals, true
+	return nil
+}
+
+// loadRealsOf reads the real servers of every virtual server in w that
+// key may adopt (present in the snapshot and not another service's).
+func (r *Reconciler) loadRealsOf(key string, w *ServiceState, snap *kernelSnapshot) error {
+	for _, v := range w.VirtualServers {
+		kv := snap.vs[v.VS.ServiceKey]
+		if kv == nil {
+			continue
+		}
+		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
+			continue
+		}
+		if err := r.loadReals(snap, kv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// owns reports whether a virtual server nobody wants any more is
+// ipvsproxy's to remove: its address is bound on kube-ipvs0, or ipvsproxy's
+// sets still describe it (a load-balancer or external IP that is local on
+// another interface, a node port). A virtual server someone else made on
+// the node's addresses is left alone.
+func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
+	if s.addrs[k.Address] {
+		return true
+	}
+	v6 := k.Address.Is6()
+	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
+	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
+		if s.entries[SetEntry{Set: SetName(set, v6), Entry: ipPort}] {
+			return true
+		}
+	}
+	var bitmap string
+	switch k.Protocol {
+	case ipvs.TCP:
+		bitmap = SetNodePortTCP
+	case ipvs.UDP:
+		bitmap = SetNodePortUDP
+	default:
+		return false
+	}
+	return s.entries[SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
+}
+
+// noteSynced keeps snap true after a Sync took one service's record from
+// old to now: what the sync removed leaves the snapshot, what it added or
+// changed enters it. Only ipvsproxy's own writes are followed; a change
+// made by someone else after the snapshot was read is found by the next
+// full pass.
+func (r *Reconciler) noteSynced(snap *kernelSnapshot, old, now *ServiceState) {
+	for _, a := range old.Addresses {
+		if r.addrRefs[a] == 0 {
+			delete(snap.addrs, a)
+		}
+	}
+	for _, e := range old.Entries {
+		if r.entryRefs[e] == 0 {
+			delete(snap.entries, e)
+		}
+	}
+	for _, v := range old.VirtualServers {
+		if _, owned := r.vsOwner[v.VS.ServiceKey]; !owned {
+			delete(snap.vs, v.VS.ServiceKey)
+		}
+	}
+	if now == nil {
+		return
+	}
+	for _, a := range now.Addresses {
+		snap.addrs[a] = true
+	}
+	for _, e := range now.Entries {
+		snap.entries[e] = true
+	}
+	for _, v := range now.VirtualServers {
+		kv := snap.vs[v.VS.ServiceKey]
+		if kv == nil {
+			// Created by this sync; its real servers are read if needed.
+			snap.vs[v.VS.ServiceKey] = &kernelVS{vs: v.VS}
+			continue
+		}
+		kv.vs = v.VS
+		if kv.loaded {
+			var before []ipvs.RealServer
+			if o := findIn(old, v.VS.ServiceKey); o != nil {
+				before = o.Reals
+			}
+			kv.reals = mergeReals(kv.reals, before, v.Reals)
+		}
+	}
+}
+
+// mergeReals applies one sync's change of a virtual server's real servers
+// (from before to after, both sorted) to what the kernel held (kernel,
+// sorted): the ones the sync dropped go, the ones it has are present with
+// its weight, and the ones it never knew of stay.
+func mergeReals(kernel, before, after []ipvs.RealServer) []ipvs.RealServer {
+	cmp := func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) }
+	out := make([]ipvs.RealServer, 0, len(kernel)+len(after))
+	for _, rs := range kernel {
+		_, dropped := slices.BinarySearchFunc(before, rs, cmp)
+		_, kept := slices.BinarySearchFunc(after, rs, cmp)
+		if !dropped || kept {
+			out = append(out, rs)
+		}
+	}
+	for _, rs := range after {
+		if i, found := slices.BinarySearchFunc(out, rs, cmp); found {
+			out[i].Weight = rs.Weight
+		} else {
+			out = slices.Insert(out, i, rs)
+		}
+	}
+	return out
+}
+
+func findIn(st *ServiceState, k ipvs.ServiceKey) *VirtualServerState {
+	if st == nil {
+		return nil
+	}
+	for i := range st.VirtualServers {
+		if st.VirtualServers[i].VS.ServiceKey == k {
+			return &st.VirtualServers[i]
+		}
+	}
+	return nil
+}
