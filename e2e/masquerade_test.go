@@ -42,12 +42,7 @@ func proxyWith(t *testing.T, name string, extra ...string) *framework.Proxy {
 	if err := shared.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	p := &framework.Proxy{
-		Path:    shared.Path,
-		Args:    append(slices.Clone(shared.Args), extra...),
-		LogPath: filepath.Join(results, "ipvsproxy-"+name+".log"),
-		Healthz: shared.Healthz,
-	}
+	p := shared.WithArgs(filepath.Join(results, "ipvsproxy-"+name+".log"), extra...)
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Errorf("stopping the %s proxy: %v", name, err)
