@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -242,6 +244,7 @@ func TestLoadBalancerWithoutNodePorts(t *testing.T) {
 func TestNodePortUDP(t *testing.T) {
 	proxy(t)
 	pods := startPods(t, "npudp", 2, nil, []int{5353})
+	waitUDPBackends(t, pods, 5353)
 	ts := applyService(t, framework.NodePortService(namespace(t), "npudp", dnsPort), pods)
 	np := int(ts.svc.Spec.Ports[0].NodePort)
 	if np == 0 {
@@ -251,6 +254,25 @@ func TestNodePortUDP(t *testing.T) {
 	waitReals(t, vs(corev1.ProtocolUDP, node, np), reals(pods, 5353))
 	waitSetEntries(t, "KUBE-NODE-PORT-UDP", strconv.Itoa(np))
 	expectAllAnswer(t, framework.AskUDP, node, np, 10, pods)
+}
+
+// waitUDPBackends waits until every pod answers on its UDP port directly:
+// StartPod only polls TCP ports, and a datagram that arrives before a
+// UDP-only backend has bound its socket is refused (ICMP port unreachable).
+func waitUDPBackends(t *testing.T, pods []*framework.Pod, port int) {
+	t.Helper()
+	for _, p := range pods {
+		err := framework.Eventually(10*time.Second, 100*time.Millisecond, func() error {
+			name, err := framework.AskUDP(p.IP, port)
+			if err == nil && name != p.Name {
+				err = fmt.Errorf("%s:%d answered as %q, want %s", p.IP, port, name, p.Name)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("pod %s on UDP %d: %v", p.Name, port, err)
+		}
+	}
 }
 
 // An SCTP NodePort Service: VS on nodeIP:nodePort, the

@@ -130,6 +130,7 @@ func TestIPVSTimeouts(t *testing.T) {
 	expectTimeouts("1100 121 300")
 
 	pods := startPods(t, "timeouts", 2, []int{8080}, []int{5353})
+	waitUDPBackends(t, pods, 5353)
 	ts := createService(t, namespace(t), "timeouts", pods, httpPort, dnsPort)
 	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
