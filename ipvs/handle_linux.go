@@ -10,18 +10,24 @@ import (
 
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // Handle programs the kernel's IPVS tables of the current network
-// namespace over generic netlink, through one moby/ipvs handle.
+// namespace over generic netlink: writes and timeouts through one
+// moby/ipvs handle, dumps with our own requests on a second socket (see
+// dump_linux.go for why).
 //
 // moby/ipvs matches replies to requests by sequence number and, on a
 // mismatch, keeps reading forever; two goroutines sharing its socket can
 // therefore swallow each other's replies and hang (kube-proxy hit exactly
-// this). Every call here holds mu for the whole request/reply exchange.
+// this). Every call to it holds mu for the whole request/reply exchange.
 type Handle struct {
-	mu sync.Mutex
-	h  *mobyipvs.Handle
+	mu   sync.Mutex
+	h    *mobyipvs.Handle
+	dump dumper
 }
 
 var _ Interface = (*Handle)(nil)
@@ -33,57 +39,58 @@ var _ Interface = (*Handle)(nil)
 // a handle is created (and logs a warning through logrus if that fails).
 // That is its behaviour, not ours; nothing here spawns processes.
 func New() (*Handle, error) {
-	if err := checkAvailable(); err != nil {
+	fam, err := ipvsFamily()
+	if err != nil {
 		return nil, err
+	}
+	conn, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_GENERIC, RcvBuf: nlconn.DefaultRcvBuf})
+	if err != nil {
+		return nil, fmt.Errorf("open IPVS dump socket: %w", err)
 	}
 	h, err := mobyipvs.New("")
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("open IPVS netlink socket: %w", err)
 	}
-	return &Handle{h: h}, nil
+	return &Handle{h: h, dump: dumper{conn: conn, family: fam}}, nil
 }
 
-// checkAvailable looks up the "IPVS" generic netlink family ourselves,
+// ipvsFamily looks up the "IPVS" generic netlink family ourselves,
 // because moby/ipvs only logs a failed lookup and then hands out a handle
 // whose every request fails with an errno that says nothing about IPVS.
-func checkAvailable() error {
-	_, err := netlink.GenlFamilyGet("IPVS")
+// The dumps use the family's id.
+func ipvsFamily() (uint16, error) {
+	f, err := netlink.GenlFamilyGet("IPVS")
 	switch {
 	case err == nil:
-		return nil
+		return f.ID, nil
 	case errors.Is(err, syscall.ENOENT):
-		return ErrUnavailable
+		return 0, ErrUnavailable
 	}
-	return fmt.Errorf("look up the IPVS generic netlink family: %w", err)
+	return 0, fmt.Errorf("look up the IPVS generic netlink family: %w", err)
 }
 
-// Close releases the netlink socket. The handle must not be used after.
+// Close releases the netlink sockets. The handle must not be used after.
 func (h *Handle) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.h.Close()
+	h.dump.conn.Close()
 }
 
 // ListVirtualServers dumps every virtual server, in the kernel's hash
-// order. Firewall-mark services (which have no address) are skipped: they
-// are not ours and ServiceKey cannot name them.
+// order, collecting WalkVirtualServers.
 func (h *Handle) ListVirtualServers() ([]VirtualServer, error) {
-	h.mu.Lock()
-	svcs, err := h.h.GetServices()
-	h.mu.Unlock()
-	if err != nil {
-		return nil, opError(verbListVirtualServers, ServiceKey{}, RealKey{}, "", err)
-	}
-	out := make([]VirtualServer, 0, len(svcs))
-	for _, s := range svcs {
-		if s.FWMark != 0 {
-			continue
-		}
-		vs, err := fromMobyService(s)
-		if err != nil {
-			return nil, opError(verbListVirtualServers, ServiceKey{}, RealKey{}, "", err)
-		}
+	var out []VirtualServer
+	err := h.WalkVirtualServers(func() { out = out[:0] }, func(vs VirtualServer) error {
 		out = append(out, vs)
+		return nil
+	})
+	if err != nil {
+		return nil, err // worded "list virtual servers: ..." like a List error
+	}
+	if out == nil {
+		out = []VirtualServer{}
 	}
 	return out, nil
 }
@@ -120,26 +127,17 @@ func (h *Handle) serviceCmd(verb string, vs VirtualServer, cmd func(*mobyipvs.Ha
 	return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
 }
 
-// ListRealServers dumps the real servers of vs. Like the kernel, it returns
-// an empty list, not an error, when vs does not exist.
+// ListRealServers dumps the real servers of vs, collecting
+// WalkRealServers. Like the kernel, it returns an empty list, not an
+// error, when vs does not exist.
 func (h *Handle) ListRealServers(vs ServiceKey) ([]RealServer, error) {
-	if err := validateService(vs); err != nil {
-		return nil, opError(verbListRealServers, vs, RealKey{}, "", err)
-	}
-	s := toMobyService(VirtualServer{ServiceKey: vs})
-	h.mu.Lock()
-	dsts, err := h.h.GetDestinations(s)
-	h.mu.Unlock()
-	if err != nil {
-		return nil, opError(verbListRealServers, vs, RealKey{}, "", err)
-	}
-	out := make([]RealServer, 0, len(dsts))
-	for _, d := range dsts {
-		rs, err := fromMobyDestination(d)
-		if err != nil {
-			return nil, opError(verbListRealServers, vs, RealKey{}, "", err)
-		}
+	out := []RealServer{}
+	err := h.WalkRealServers(vs, func() { out = out[:0] }, func(rs RealServer) error {
 		out = append(out, rs)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -227,26 +225,6 @@ func toMobyService(vs VirtualServer) *mobyipvs.Service {
 	}
 }
 
-func fromMobyService(s *mobyipvs.Service) (VirtualServer, error) {
-	addr, ok := netip.AddrFromSlice(s.Address)
-	if !ok {
-		return VirtualServer{}, fmt.Errorf("kernel returned a service with unparsable address %v", []byte(s.Address))
-	}
-	return VirtualServer{
-		ServiceKey: ServiceKey{Address: addr.Unmap(), Protocol: Protocol(s.Protocol), Port: s.Port},
-		Scheduler:  s.SchedName,
-		Flags:      Flags(s.Flags) &^ FlagHashed,
-		Timeout:    s.Timeout,
-		Stats: Stats{
-			Connections: uint64(s.Stats.Connections),
-			PacketsIn:   uint64(s.Stats.PacketsIn),
-			PacketsOut:  uint64(s.Stats.PacketsOut),
-			BytesIn:     s.Stats.BytesIn,
-			BytesOut:    s.Stats.BytesOut,
-		},
-	}, nil
-}
-
 // toMobyDestination always asks for masquerading (NAT), as kube-proxy does.
 func toMobyDestination(rs RealServer) *mobyipvs.Destination {
 	return &mobyipvs.Destination{
@@ -256,17 +234,4 @@ func toMobyDestination(rs RealServer) *mobyipvs.Destination {
 		ConnectionFlags: mobyipvs.ConnectionFlagMasq,
 		AddressFamily:   family(rs.Address),
 	}
-}
-
-func fromMobyDestination(d *mobyipvs.Destination) (RealServer, error) {
-	addr, ok := netip.AddrFromSlice(d.Address)
-	if !ok {
-		return RealServer{}, fmt.Errorf("kernel returned a real server with unparsable address %v", []byte(d.Address))
-	}
-	return RealServer{
-		RealKey:       RealKey{Address: addr.Unmap(), Port: d.Port},
-		Weight:        d.Weight,
-		ActiveConns:   d.ActiveConnections,
-		InactiveConns: d.InactiveConnections,
-	}, nil
 }

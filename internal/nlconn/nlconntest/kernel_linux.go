@@ -1,0 +1,137 @@
+// Package nlconntest is a scripted netlink kernel for testing code that
+// reads dumps through nlconn: each request is answered with datagrams
+// (or receive errors) a test builds for the request's sequence number,
+// so multi-part dumps, interrupted dumps, error acknowledgements, lost
+// messages and timeouts can all be fed to the real receive loop.
+package nlconntest
+
+import (
+	"encoding/binary"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
+)
+
+// Answer returns what the kernel sends back for request n (counted from
+// 0 over the Conn's life, across sockets) sent with sequence number seq
+// and serialized as req: each element a datagram ([]byte) or an error
+// the receive returns (unix.EINTR, unix.ENOBUFS). When the script runs
+// out, receives time out (EAGAIN), as with SO_RCVTIMEO.
+type Answer func(n int, seq uint32, req []byte) []any
+
+// Kernel counts what the Conn did with its sockets.
+type Kernel struct {
+	t      testing.TB
+	answer Answer
+
+	mu      sync.Mutex
+	Reqs    [][]byte // every request sent, serialized
+	Dials   int      // sockets opened
+	Closes  int      // sockets closed
+	pending []any
+}
+
+// New returns a Conn whose sockets talk to a Kernel following answer.
+func New(t testing.TB, answer Answer) (*nlconn.Conn, *Kernel) {
+	k := &Kernel{t: t, answer: answer}
+	c := nlconn.NewConn(nlconn.Config{Timeout: time.Second}, func() (nlconn.Socket, error) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.Dials++
+		k.pending = nil // a new socket has nothing queued
+		return &socket{k: k}, nil
+	})
+	return c, k
+}
+
+// Counts returns requests sent, sockets opened and sockets closed.
+func (k *Kernel) Counts() (reqs, dials, closes int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.Reqs), k.Dials, k.Closes
+}
+
+type socket struct {
+	k      *Kernel
+	closed bool
+}
+
+func (s *socket) Send(b []byte) error {
+	k := s.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s.closed {
+		k.t.Error("send on a closed socket")
+	}
+	seq := binary.NativeEndian.Uint32(b[8:])
+	n := len(k.Reqs)
+	k.Reqs = append(k.Reqs, slices.Clone(b))
+	ans := k.answer(n, seq, b)
+	k.pending = append(k.pending, ans...)
+	return nil
+}
+
+func (s *socket) Recv(b []byte) (int, error) {
+	k := s.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s.closed {
+		k.t.Error("recv on a closed socket")
+	}
+	if len(k.pending) == 0 {
+		return 0, unix.EAGAIN
+	}
+	next := k.pending[0]
+	k.pending = k.pending[1:]
+	if err, ok := next.(error); ok {
+		return 0, err
+	}
+	return copy(b, next.([]byte)), nil
+}
+
+func (s *socket) Close() error {
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	s.closed = true
+	s.k.Closes++
+	return nil
+}
+
+// Msg builds one netlink message, padded as the kernel pads it.
+func Msg(typ, flags uint16, seq uint32, payload []byte) []byte {
+	l := unix.NLMSG_HDRLEN + len(payload)
+	b := make([]byte, (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1))
+	binary.NativeEndian.PutUint32(b, uint32(l))
+	binary.NativeEndian.PutUint16(b[4:], typ)
+	binary.NativeEndian.PutUint16(b[6:], flags)
+	binary.NativeEndian.PutUint32(b[8:], seq)
+	copy(b[unix.NLMSG_HDRLEN:], payload)
+	return b
+}
+
+// Part is one message of a dump (NLM_F_MULTI, plus extra flags such as
+// NLM_F_DUMP_INTR).
+func Part(typ uint16, seq uint32, payload []byte, flags uint16) []byte {
+	return Msg(typ, unix.NLM_F_MULTI|flags, seq, payload)
+}
+
+// Done ends a dump; a non-zero errno is a dump that failed after it
+// started, as the kernel reports it.
+func Done(seq uint32, errno unix.Errno, flags uint16) []byte {
+	return Msg(unix.NLMSG_DONE, unix.NLM_F_MULTI|flags, seq, binary.NativeEndian.AppendUint32(nil, uint32(-int32(errno))))
+}
+
+// Ack is an NLMSG_ERROR answer: errno 0 acknowledges. Like the kernel's,
+// it carries the request's header after the errno.
+func Ack(seq uint32, errno unix.Errno) []byte {
+	payload := binary.NativeEndian.AppendUint32(nil, uint32(-int32(errno)))
+	return Msg(unix.NLMSG_ERROR, 0, seq, append(payload, make([]byte, unix.NLMSG_HDRLEN)...))
+}
+
+// Join packs messages into one datagram.
+func Join(msgs ...[]byte) []byte { return slices.Concat(msgs...) }
