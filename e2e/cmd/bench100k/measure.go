@@ -22,7 +22,10 @@ type programmed struct {
 	PrevReadSeconds float64 `json:"previousReadSeconds"`
 	// SetsSeconds: start → `ipset list -t` first showed every expected
 	// entry count (polled every 2 s).
-	SetsSeconds float64   `json:"setsSeconds"`
+	SetsSeconds float64 `json:"setsSeconds"`
+	// ReadSeconds: how long the completing read took (the kernel was
+	// complete somewhere within it at the latest).
+	ReadSeconds float64   `json:"completingReadSeconds"`
 	Reads       int       `json:"ipvsReads"`
 	IPVS        ipvsCheck `json:"ipvs"`
 }
@@ -71,7 +74,7 @@ func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time
 				p.PrevReadSeconds = lastEnd.Sub(begin).Seconds()
 			}
 			if chk.done() {
-				p.Seconds, p.IPVS = end.Sub(begin).Seconds(), chk
+				p.Seconds, p.ReadSeconds, p.IPVS = end.Sub(begin).Seconds(), chk.Took.Seconds(), chk
 				return p, nil
 			}
 			last, lastEnd = chk, end
@@ -141,7 +144,7 @@ func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) 
 	}
 	deadline := time.Now().Add(c.passTimeout * time.Duration(c.fullPasses+1))
 	for time.Now().Before(deadline) {
-		if prev.get(fullCount) >= 1 && r.FirstFullPassSeconds == 0 {
+		if passesDone(prev) >= 1 && r.FirstFullPassSeconds == 0 {
 			r.FirstFullPassSeconds = time.Since(begin).Seconds()
 			logf("first full pass finished by %.1fs", r.FirstFullPassSeconds)
 		}
@@ -166,7 +169,7 @@ func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) 
 				r.FullPasses = append(r.FullPasses, fp)
 				u, _ := proxy.usage()
 				logf("full pass: %.1fs (%d ended since the last scrape); proxy RSS %d MB, peak %d MB", fp.Seconds, n, u.RSSKB/1024, u.HWMKB/1024)
-			} else if cur.get(fullCount) > prev.get(fullCount) {
+			} else if passesDone(cur) > passesDone(prev) {
 				logf("a full pass ended beside incremental syncs; not timed")
 			}
 		}

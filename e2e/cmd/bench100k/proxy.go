@@ -185,4 +185,14 @@ func fullPassesBetween(a, b metrics) (time.Duration, int, bool) {
 	return 0, 0, false
 }
 
+// passesDone is how many full passes have finished: the full-pass
+// histogram's count when the proxy has it (its syncs_total{kind="full"}
+// then counts the batches that ended a pass, the same number).
+func passesDone(m metrics) float64 {
+	if n, ok := m.values[fullHistCount]; ok {
+		return n
+	}
+	return m.get(fullCount)
+}
+
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -77,7 +77,8 @@ func (r *report) markdown() string {
 	if r.Programmed.PrevReadSeconds >= 0 {
 		prev = fmt.Sprintf("%.1f", r.Programmed.PrevReadSeconds)
 	}
-	row("start → kernel complete (s)", "%.1f (the read before, incomplete: %s)", r.Programmed.Seconds, prev)
+	row("start → kernel complete (s)", "%.1f (the /proc/net/ip_vs read that showed it took %.1f; the read before, incomplete, ended at: %s)",
+		r.Programmed.Seconds, r.Programmed.ReadSeconds, prev)
 	row("start → every set's entries (s)", "%.1f", r.Programmed.SetsSeconds)
 	row("proxy CPU until complete (s)", "%.0f", r.AtProgrammed.CPUSeconds)
 	row("proxy RSS at complete / peak so far (MB)", "%d / %d", r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024)
