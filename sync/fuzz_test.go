@@ -3,6 +3,7 @@ package sync
 import (
 	"encoding/json"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -40,6 +41,14 @@ func FuzzBuild(f *testing.F) {
 		cfg.NodePortAddresses = []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("fd00::2")}
 		b := Build(&svc, []*discovery.EndpointSlice{&sl, nil, &sl}, &cfg)
 		checkState(t, &b.State)
+
+		// What the informers store (StripForProxy) builds the same.
+		ssvc, ssl := svc.DeepCopy(), sl.DeepCopy()
+		StripForProxy(ssvc)
+		StripForProxy(ssl)
+		if sb := Build(ssvc, []*discovery.EndpointSlice{ssl, nil, ssl}, &cfg); !reflect.DeepEqual(sb, b) {
+			t.Fatalf("a stripped Service or slice builds differently:\n%+v\nwant\n%+v", sb, b)
+		}
 	})
 }
 

@@ -168,6 +168,13 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	svcInformer, sliceInformer, nodeInformer := newInformers(client, nodeName)
+	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer} {
+		// Keep only what the proxy reads: the caches hold every Service
+		// and EndpointSlice of the cluster.
+		if err := inf.SetTransform(sync.StripForProxy); err != nil {
+			return err
+		}
+	}
 	if _, err := svcInformer.AddEventHandler(tracker.ServiceHandler()); err != nil {
 		return err
 	}

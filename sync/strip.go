@@ -1,0 +1,76 @@
+package sync
+
+import (
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// StripForProxy is an informer transform (cache.TransformFunc): it drops
+// from Services and EndpointSlices everything the proxy never reads, before
+// the informer stores them. Every node keeps every Service and slice of the
+// cluster in memory, so what is dropped here is dropped per object on ten
+// thousand nodes: managed fields (often larger than the spec), labels and
+// annotations nobody reads, owner references, and the endpoints' target
+// references and hostnames.
+//
+// What stays is what Build, the Tracker and Warning Events use: names,
+// namespace, UID and resourceVersion (the Event's object reference), the
+// builder's annotations, the slice's service-name label, the specs, the
+// load balancer status and the endpoints' addresses, conditions, node,
+// zone and hints. The fuzz test builds every input both ways and requires
+// the same result.
+//
+// The object is changed in place: client-go hands the transform an object
+// it has just decoded and nobody else holds.
+func StripForProxy(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1.Service:
+		stripService(o)
+	case *discovery.EndpointSlice:
+		stripSlice(o)
+	case cache.DeletedFinalStateUnknown:
+		// A tombstone carries the last object the store held: already
+		// stripped.
+	}
+	return obj, nil
+}
+
+// serviceAnnotations are the annotations the builder reads.
+var serviceAnnotations = []string{AnnotationScheduler, AnnotationSchedulerFlags, AnnotationTopologyMode, annotationTopologyHintsOld}
+
+func stripService(s *v1.Service) {
+	var kept map[string]string
+	for _, k := range serviceAnnotations {
+		if v, ok := s.Annotations[k]; ok {
+			if kept == nil {
+				kept = make(map[string]string, 1)
+			}
+			kept[k] = v
+		}
+	}
+	s.Annotations = kept
+	s.Labels = nil
+	s.ManagedFields = nil
+	s.OwnerReferences = nil
+	s.Finalizers = nil
+	s.Status.Conditions = nil
+}
+
+func stripSlice(s *discovery.EndpointSlice) {
+	if name, ok := s.Labels[discovery.LabelServiceName]; ok {
+		s.Labels = map[string]string{discovery.LabelServiceName: name}
+	} else {
+		s.Labels = nil
+	}
+	s.Annotations = nil
+	s.ManagedFields = nil
+	s.OwnerReferences = nil
+	s.GenerateName = ""
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		e.TargetRef = nil
+		e.Hostname = nil
+		e.DeprecatedTopology = nil
+	}
+}

@@ -1,0 +1,52 @@
+package sync
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestStripForProxyKeepsWhatTheProxyReads: what is dropped is gone, and
+// what Events and the tracker need is still there (Build equivalence is
+// checked over the fuzz corpus by FuzzBuild).
+func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+	s := svc("default", "web", "10.96.0.10", "80")
+	s.UID, s.ResourceVersion = "u-1", "42"
+	s.ManagedFields = managed
+	s.Labels = map[string]string{"app.kubernetes.io/name": "web", "helm.sh/chart": "web-1.2.3"}
+	s.Annotations = map[string]string{AnnotationScheduler: "sh", "kubectl.kubernetes.io/last-applied-configuration": `{"big":"json"}`}
+	s.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
+	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"})
+	sl.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
+	sl.ManagedFields = managed
+	sl.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-12-01T10:00:00Z"}
+	sl.OwnerReferences = []metav1.OwnerReference{{Kind: "Service", Name: "web"}}
+	sl.Endpoints[0].TargetRef = &v1.ObjectReference{Kind: "Pod", Name: "web-7d9f", Namespace: "default"}
+	sl.Endpoints[0].Hostname = ptr.To("web-0")
+	sl.Endpoints[0].Zone = ptr.To("zone-a")
+
+	if _, err := StripForProxy(s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StripForProxy(sl); err != nil {
+		t.Fatal(err)
+	}
+	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 1 || s.Status.Conditions != nil {
+		t.Errorf("service kept what the proxy never reads: %+v", s.ObjectMeta)
+	}
+	if s.Name != "web" || s.Namespace != "default" || s.UID != "u-1" || s.ResourceVersion != "42" ||
+		s.Annotations[AnnotationScheduler] != "sh" || s.Spec.ClusterIP != "10.96.0.10" {
+		t.Errorf("service lost what Events or the builder need: %+v %+v", s.ObjectMeta, s.Spec)
+	}
+	if sl.ManagedFields != nil || sl.Annotations != nil || sl.OwnerReferences != nil || len(sl.Labels) != 1 {
+		t.Errorf("slice kept what the proxy never reads: %+v", sl.ObjectMeta)
+	}
+	e := sl.Endpoints[0]
+	if sliceKey(sl) != "default/web" || e.TargetRef != nil || e.Hostname != nil ||
+		e.Addresses[0] != "10.244.1.5" || *e.NodeName != "n1" || *e.Zone != "zone-a" || !*e.Conditions.Ready {
+		t.Errorf("slice endpoint after strip: %+v (service key %q)", e, sliceKey(sl))
+	}
+}
