@@ -11,16 +11,21 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // maxProtocol is the newest ipset netlink protocol this code speaks (7,
 // kernel 5.10 onwards; it differs from 6 only in attributes we ignore).
 const maxProtocol = 7
 
-// Netlink implements Interface with netfilter netlink messages on one
-// socket: no `ipset` process is ever started.
+// Netlink implements Interface with netfilter netlink messages: no
+// `ipset` process is ever started. Requests (adds, deletes, creates) and
+// dumps use separate sockets, so a walk's callback may add or delete
+// entries while the walk holds its socket.
 type Netlink struct {
-	conn     *conn
+	conn     *nlconn.Conn // requests and their acknowledgements
+	dumps    *nlconn.Conn // dumps, with a large receive buffer
 	protocol uint8
 
 	mu   sync.Mutex
@@ -46,12 +51,18 @@ func New() (*Netlink, error) {
 	if proto < minimum {
 		return nil, fmt.Errorf("ipset: the kernel speaks ipset protocol %d-%d, this program %d", minimum, kernel, maxProtocol)
 	}
-	c, err := dial()
+	c, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_NETFILTER})
 	if err != nil {
+		return nil, fmt.Errorf("ipset: open netfilter netlink socket: %w", err)
+	}
+	d, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_NETFILTER, RcvBuf: nlconn.DefaultRcvBuf})
+	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("ipset: open netfilter netlink socket: %w", err)
 	}
 	return &Netlink{
 		conn:     c,
+		dumps:    d,
 		protocol: proto,
 		sets:     map[string]header{},
 		revs:     map[revKey]uint8{},
@@ -73,8 +84,8 @@ func protocolError(err error) error {
 	return fmt.Errorf("ipset: query the kernel's ipset protocol: %w", err)
 }
 
-// Close releases the netlink socket.
-func (n *Netlink) Close() error { return n.conn.close() }
+// Close releases the netlink sockets.
+func (n *Netlink) Close() error { return errors.Join(n.conn.Close(), n.dumps.Close()) }
 
 func (n *Netlink) request(cmd, flags int) *nl.NetlinkRequest {
 	req := nl.NewNetlinkRequest(cmd|unix.NFNL_SUBSYS_IPSET<<8, flags)
@@ -89,18 +100,10 @@ func (n *Netlink) requestSet(cmd, flags int, set string) *nl.NetlinkRequest {
 	return req
 }
 
-// dump runs a dump request built by mk, starting over if the kernel says
-// the dump was interrupted by a concurrent change; reset clears what the
-// callback collected.
-func (n *Netlink) dump(mk func() *nl.NetlinkRequest, reset func(), f func(msg []byte)) error {
-	var err error
-	for range 3 {
-		reset()
-		if err = n.conn.execute(mk(), f); !errors.Is(err, nl.ErrDumpInterrupted) {
-			return err
-		}
-	}
-	return err
+// dump runs a dump request on the dump socket (see nlconn.Conn.Dump for
+// the restarts and reset).
+func (n *Netlink) dump(req *nl.NetlinkRequest, reset func(), f func(msg []byte) error) error {
+	return n.dumps.Dump(req, reset, func(_ uint16, msg []byte) error { return f(msg) })
 }
 
 // EnsureSet implements Interface.
@@ -146,7 +149,7 @@ func (n *Netlink) create(s Set) error {
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_REVISION, []byte{rev}))
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FAMILY, []byte{familyNumber(s)}))
 	req.AddData(createData(s))
-	return n.conn.execute(req, nil)
+	return n.conn.Execute(req, nil)
 }
 
 // revision asks the kernel (IPSET_CMD_TYPE) for the newest revision of the
@@ -164,15 +167,16 @@ func (n *Netlink) revision(s Set) (uint8, error) {
 	req := n.request(nl.IPSET_CMD_TYPE, 0)
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_TYPENAME, nl.ZeroTerminated(string(s.Type))))
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FAMILY, []byte{key.family}))
-	err := n.conn.execute(req, func(msg []byte) {
+	err := n.conn.Execute(req, func(_ uint16, msg []byte) error {
 		if len(msg) < nl.SizeofNfgenmsg {
-			return
+			return nil
 		}
-		eachAttr(msg[nl.SizeofNfgenmsg:], func(typ uint16, val []byte) {
-			if typ == nl.IPSET_ATTR_REVISION && len(val) > 0 {
-				rev = val[0]
+		for it := nlconn.Attrs(msg[nl.SizeofNfgenmsg:]); it.Next(); {
+			if it.Type == nl.IPSET_ATTR_REVISION && len(it.Value) > 0 {
+				rev = it.Value[0]
 			}
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -186,14 +190,13 @@ func (n *Netlink) revision(s Set) (uint8, error) {
 // header dumps one set's header (ipset list -t NAME) and remembers it.
 func (n *Netlink) header(set string) (header, error) {
 	var h header
-	err := n.dump(func() *nl.NetlinkRequest {
-		req := n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
-		req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
-		return req
-	}, func() { h = header{} }, func(msg []byte) {
-		if m := decodeSetMessage(msg, nil); m.Name == set {
+	req := n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
+	req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
+	err := n.dump(req, func() { h = header{} }, func(msg []byte) error {
+		if m := decodeSetMessage(msg); m.Name == set {
 			h = m
 		}
+		return nil
 	})
 	if err != nil {
 		n.forget(set)
@@ -249,14 +252,13 @@ func (n *Netlink) known(set string) (header, error) {
 // sorted by name.
 func (n *Netlink) ListSets() ([]Set, error) {
 	byName := map[string]header{}
-	err := n.dump(func() *nl.NetlinkRequest {
-		req := n.request(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP)
-		req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
-		return req
-	}, func() { clear(byName) }, func(msg []byte) {
-		if h := decodeSetMessage(msg, nil); h.Name != "" {
+	req := n.request(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP)
+	req.AddData(u32Attr(nl.IPSET_ATTR_FLAGS, flagListHeader))
+	err := n.dump(req, func() { clear(byName) }, func(msg []byte) error {
+		if h := decodeSetMessage(msg); h.Name != "" {
 			byName[h.Name] = h
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, opError(VerbListSets, "", "", nil, kernelError(err, ""))
@@ -268,22 +270,41 @@ func (n *Netlink) ListSets() ([]Set, error) {
 	return out, nil
 }
 
-// ListEntries implements Interface. Entries come in the kernel's order; a
-// big set arrives in many messages, all collected.
+// ListEntries implements Interface, collecting WalkEntries. Entries
+// come in the kernel's order.
 func (n *Netlink) ListEntries(set string) ([]Entry, error) {
 	var out []Entry
-	err := n.dump(func() *nl.NetlinkRequest {
-		return n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
-	}, func() { out = out[:0] }, func(msg []byte) {
-		decodeSetMessage(msg, func(e Entry) { out = append(out, e) })
+	err := n.WalkEntries(set, func() { out = out[:0] }, func(e Entry) error {
+		out = append(out, e)
+		return nil
 	})
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) {
-			n.forget(set)
-		}
-		return nil, opError(VerbList, set, "", nil, kernelError(err, ""))
+		return nil, err
 	}
 	return out, nil
+}
+
+// WalkEntries implements Interface with one IPSET_CMD_LIST dump of the
+// set; a big set arrives in many messages, each parsed (without
+// allocating) and handed over entry by entry as it comes.
+func (n *Netlink) WalkEntries(set string, reset func(), fn func(Entry) error) error {
+	var fnErr error
+	req := n.requestSet(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP, set)
+	err := n.dump(req, reset, func(msg []byte) error {
+		return setMessageEntries(msg, func(e Entry) error {
+			fnErr = fn(e)
+			return fnErr
+		})
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOENT):
+		n.forget(set)
+	}
+	return opError(VerbList, set, "", nil, kernelError(err, ""))
 }
 
 // AddEntry implements Interface.
@@ -314,7 +335,7 @@ func (n *Netlink) addDel(verb string, cmd int, set string, e Entry) error {
 	}
 	req := n.requestSet(cmd, unix.NLM_F_ACK, set)
 	req.AddData(entryData(e, comment))
-	err = n.conn.execute(req, nil)
+	err = n.conn.Execute(req, nil)
 	switch {
 	case err == nil, errors.Is(err, errExist):
 		return nil
@@ -326,7 +347,7 @@ func (n *Netlink) addDel(verb string, cmd int, set string, e Entry) error {
 
 // DestroySet implements Interface; an absent set is already destroyed.
 func (n *Netlink) DestroySet(set string) error {
-	err := n.conn.execute(n.requestSet(nl.IPSET_CMD_DESTROY, unix.NLM_F_ACK, set), nil)
+	err := n.conn.Execute(n.requestSet(nl.IPSET_CMD_DESTROY, unix.NLM_F_ACK, set), nil)
 	if err == nil || errors.Is(err, syscall.ENOENT) {
 		n.forget(set)
 		return nil
@@ -338,7 +359,7 @@ func (n *Netlink) DestroySet(set string) error {
 func (n *Netlink) SwapSets(a, b string) error {
 	req := n.requestSet(nl.IPSET_CMD_SWAP, unix.NLM_F_ACK, a)
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME2, nl.ZeroTerminated(b)))
-	if err := n.conn.execute(req, nil); err != nil {
+	if err := n.conn.Execute(req, nil); err != nil {
 		return opError(VerbSwap, a, "", nil, kernelError(err, ""))
 	}
 	n.mu.Lock()
@@ -354,21 +375,6 @@ func (n *Netlink) SwapSets(a, b string) error {
 	if okB {
 		hb.Name = a
 		n.sets[a] = hb
-	}
-	return nil
-}
-
-// WalkEntries implements Interface. For now it collects the whole dump
-// through ListEntries; the streaming dump replaces it.
-func (n *Netlink) WalkEntries(set string, reset func(), fn func(Entry) error) error {
-	entries, err := n.ListEntries(set)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := fn(e); err != nil {
-			return err
-		}
 	}
 	return nil
 }

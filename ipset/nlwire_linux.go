@@ -17,6 +17,8 @@ import (
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 const (
@@ -117,26 +119,6 @@ func familyName(n uint8) Family {
 	return ""
 }
 
-// eachAttr walks a run of netlink attributes, passing each one's type
-// without the nested/byte-order flags. Hand-rolled because
-// nl.ParseAttributes starts a goroutine per call, too slow for a dump of
-// 70,000 entries.
-func eachAttr(b []byte, f func(typ uint16, val []byte)) {
-	native := nl.NativeEndian()
-	for len(b) >= 4 {
-		l := int(native.Uint16(b))
-		if l < 4 || l > len(b) {
-			return
-		}
-		f(native.Uint16(b[2:])&nl.NLA_TYPE_MASK, b[4:l])
-		l = (l + 3) &^ 3
-		if l > len(b) {
-			return
-		}
-		b = b[l:]
-	}
-}
-
 func u32(b []byte) uint32 {
 	if len(b) < 4 {
 		return 0
@@ -159,22 +141,25 @@ func cstring(b []byte) string {
 // decodeAddr reads a nested IPSET_ATTR_IPADDR_IPV4/IPV6.
 func decodeAddr(b []byte) netip.Addr {
 	var a netip.Addr
-	eachAttr(b, func(_ uint16, val []byte) {
-		if addr, ok := netip.AddrFromSlice(val); ok {
+	for it := nlconn.Attrs(b); it.Next(); {
+		if addr, ok := netip.AddrFromSlice(it.Value); ok {
 			a = addr
 		}
-	})
+	}
 	return a
 }
 
 // decodeEntry reads one IPSET_ATTR_DATA of a dump. The kernel sends the
 // same attributes an add takes; CIDR2 tells a net from a second address.
+// It allocates nothing (no closures), so a walk of a million entries
+// makes no garbage.
 func decodeEntry(b []byte) Entry {
 	var e Entry
 	var ip2 netip.Addr
 	cidr2, proto := -1, -1
-	eachAttr(b, func(typ uint16, val []byte) {
-		switch typ {
+	for it := nlconn.Attrs(b); it.Next(); {
+		val := it.Value
+		switch it.Type {
 		case nl.IPSET_ATTR_IP:
 			e.IP = decodeAddr(val)
 		case nl.IPSET_ATTR_PORT:
@@ -190,7 +175,7 @@ func decodeEntry(b []byte) Entry {
 				cidr2 = int(val[0])
 			}
 		}
-	})
+	}
 	if proto >= 0 {
 		e.Protocol = protoName(uint8(proto))
 	}
@@ -219,15 +204,16 @@ type header struct {
 	comments bool // created with the comment extension
 }
 
-// decodeSetMessage reads one message of an IPSET_CMD_LIST dump: the set's
-// name and header, and any entries (a big set spans many messages, each
-// repeating the name).
-func decodeSetMessage(msg []byte, entries func(Entry)) (h header) {
+// decodeSetMessage reads the set's name and header from one message of
+// an IPSET_CMD_LIST dump (a big set spans many messages, each repeating
+// them).
+func decodeSetMessage(msg []byte) (h header) {
 	if len(msg) < nl.SizeofNfgenmsg {
 		return h
 	}
-	eachAttr(msg[nl.SizeofNfgenmsg:], func(typ uint16, val []byte) {
-		switch typ {
+	for it := nlconn.Attrs(msg[nl.SizeofNfgenmsg:]); it.Next(); {
+		val := it.Value
+		switch it.Type {
 		case nl.IPSET_ATTR_SETNAME:
 			h.Name = cstring(val)
 		case nl.IPSET_ATTR_TYPENAME:
@@ -238,23 +224,37 @@ func decodeSetMessage(msg []byte, entries func(Entry)) (h header) {
 			}
 		case nl.IPSET_ATTR_DATA:
 			h.decodeData(val)
-		case nl.IPSET_ATTR_ADT:
-			if entries == nil {
-				return
-			}
-			eachAttr(val, func(typ uint16, val []byte) {
-				if typ == nl.IPSET_ATTR_DATA {
-					entries(decodeEntry(val))
-				}
-			})
 		}
-	})
+	}
 	return h
 }
 
+// setMessageEntries passes each entry of one message of an
+// IPSET_CMD_LIST dump to fn, stopping at fn's first error.
+func setMessageEntries(msg []byte, fn func(Entry) error) error {
+	if len(msg) < nl.SizeofNfgenmsg {
+		return nil
+	}
+	for it := nlconn.Attrs(msg[nl.SizeofNfgenmsg:]); it.Next(); {
+		if it.Type != nl.IPSET_ATTR_ADT {
+			continue
+		}
+		for adt := nlconn.Attrs(it.Value); adt.Next(); {
+			if adt.Type != nl.IPSET_ATTR_DATA {
+				continue
+			}
+			if err := fn(decodeEntry(adt.Value)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (h *header) decodeData(b []byte) {
-	eachAttr(b, func(typ uint16, val []byte) {
-		switch typ {
+	for it := nlconn.Attrs(b); it.Next(); {
+		val := it.Value
+		switch it.Type {
 		case nl.IPSET_ATTR_HASHSIZE:
 			h.HashSize = u32(val)
 		case nl.IPSET_ATTR_MAXELEM:
@@ -266,7 +266,7 @@ func (h *header) decodeData(b []byte) {
 		case nl.IPSET_ATTR_CADT_FLAGS:
 			h.comments = u32(val)&nl.IPSET_FLAG_WITH_COMMENT != 0
 		}
-	})
+	}
 }
 
 // errExist is the kernel's IPSET_ERR_EXIST: "already added" on add, "not

@@ -123,10 +123,11 @@ func (c *Conn) Close() error {
 	return c.main.drop()
 }
 
-// Execute sends req and passes each reply message to f until the kernel
-// acknowledges (nil), reports an error (a syscall.Errno), ends a dump
-// (ErrDumpInterrupted when the kernel flagged it) or sends its single
-// reply. It waits for the socket when another request is in flight.
+// Execute sends req and passes each reply message to f (nil ignores
+// them) until the kernel acknowledges (nil), reports an error (a
+// syscall.Errno), ends a dump (ErrDumpInterrupted when the kernel
+// flagged it) or sends its single reply. It waits for the socket when
+// another request is in flight.
 func (c *Conn) Execute(req *nl.NetlinkRequest, f Handler) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -281,7 +282,11 @@ func (r *reply) message(typ, flags uint16, data []byte) {
 		r.finish(unix.ENOBUFS, true)
 	default:
 		multi := flags&unix.NLM_F_MULTI != 0
-		if err := r.f(typ, data); err != nil {
+		if r.f == nil {
+			if !multi {
+				r.finish(nil, false)
+			}
+		} else if err := r.f(typ, data); err != nil {
 			r.finish(err, multi)
 		} else if !multi {
 			r.finish(nil, false)
