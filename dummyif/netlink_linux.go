@@ -10,12 +10,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-)
 
-// dumpRetries bounds how often an address dump is repeated when the kernel
-// reports it was interrupted by a concurrent change (NLM_F_DUMP_INTR): a
-// partial dump would make the reconciler unbind or re-add addresses wrongly.
-const dumpRetries = 5
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
+)
 
 // Netlink is the kernel implementation of Interface over rtnetlink.
 //
@@ -25,8 +22,9 @@ const dumpRetries = 5
 // behind its back, the next operation sees ENODEV, looks the link up again
 // and retries once.
 type Netlink struct {
-	name string
-	h    *netlink.Handle
+	name  string
+	h     *netlink.Handle
+	dumps *nlconn.Conn // address dumps (addrdump_linux.go)
 
 	mu    sync.Mutex
 	index int // 0 while unknown
@@ -35,8 +33,8 @@ type Netlink struct {
 var _ Interface = (*Netlink)(nil)
 
 // New returns a Netlink for the dummy link linkName (DefaultLinkName when
-// empty). It opens one rtnetlink socket, reused for every call; it does not
-// touch the link until EnsureLink.
+// empty). It opens two rtnetlink sockets, reused for every call: one for
+// requests, one for dumps. It does not touch the link until EnsureLink.
 func New(linkName string) (*Netlink, error) {
 	if linkName == "" {
 		linkName = DefaultLinkName
@@ -49,13 +47,18 @@ func New(linkName string) (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
 	}
-	return &Netlink{name: linkName, h: h}, nil
+	d, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE, RcvBuf: nlconn.DefaultRcvBuf, StrictCheck: true})
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
+	}
+	return &Netlink{name: linkName, h: h, dumps: d}, nil
 }
 
-// Close releases the netlink socket.
+// Close releases the netlink sockets.
 func (n *Netlink) Close() error {
 	n.h.Close()
-	return nil
+	return n.dumps.Close()
 }
 
 // LinkName is the name of the managed link.
@@ -216,20 +219,18 @@ func (n *Netlink) DeleteAddress(addr netip.Addr) error {
 	return nil
 }
 
-// ListAddresses dumps the addresses bound on the link, sorted. A missing
-// link is an error wrapping ErrNoLink. It looks the link up by name first
-// (one request; this is the full-pass path, not the hot one): with a stale
-// cached index the dump would silently come back empty.
+// ListAddresses dumps the addresses bound on the link, sorted, collecting
+// WalkAddresses. A missing link is an error wrapping ErrNoLink.
 func (n *Netlink) ListAddresses() ([]netip.Addr, error) {
-	idx, err := n.freshIndex()
+	var out []netip.Addr
+	err := n.WalkAddresses(func() { out = out[:0] }, func(a netip.Addr) error {
+		out = append(out, a)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	all, err := n.dumpAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("list addresses of %s: %w", n.name, err)
-	}
-	return collect(all, func(i int) bool { return i == idx }), nil
+	return sortedUnique(out), nil
 }
 
 // LocalAddresses returns, sorted and deduplicated, every address on every
@@ -245,40 +246,25 @@ func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
 	if err != nil && !errors.Is(err, ErrNoLink) {
 		return nil, err
 	}
-	all, err := n.dumpAddrs()
+	var out []netip.Addr
+	err = n.walkAddrs(0, func() { out = out[:0] }, func(linkIndex int, a netip.Addr) error {
+		if linkIndex != idx {
+			out = append(out, a)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list local addresses: %w", err)
 	}
-	return collect(all, func(i int) bool { return i != idx }), nil
+	return sortedUnique(out), nil
 }
 
-// dumpAddrs dumps every address of every link in one request; the kernel
-// has no per-link address dump, so filtering by index happens here.
-func (n *Netlink) dumpAddrs() ([]netlink.Addr, error) {
-	var err error
-	for range dumpRetries {
-		var all []netlink.Addr
-		all, err = n.h.AddrList(nil, netlink.FAMILY_ALL)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return all, err
-		}
+func sortedUnique(addrs []netip.Addr) []netip.Addr {
+	if addrs == nil {
+		return []netip.Addr{}
 	}
-	return nil, err
-}
-
-// collect converts the addresses of the links keep selects.
-func collect(all []netlink.Addr, keep func(linkIndex int) bool) []netip.Addr {
-	out := make([]netip.Addr, 0, len(all))
-	for _, a := range all {
-		if !keep(a.LinkIndex) {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return slices.Compact(addrs)
 }
 
 // toNetlinkAddr builds the host-route address for addr. IPv4-mapped IPv6
@@ -299,19 +285,4 @@ func toNetlinkAddr(addr netip.Addr) (*netlink.Addr, error) {
 func isLinkNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf)
-}
-
-// WalkAddresses implements Interface. For now it collects the whole dump
-// through ListAddresses; the streaming dump replaces it.
-func (n *Netlink) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
-	addrs, err := n.ListAddresses()
-	if err != nil {
-		return err
-	}
-	for _, a := range addrs {
-		if err := fn(a); err != nil {
-			return err
-		}
-	}
-	return nil
 }
