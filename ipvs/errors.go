@@ -25,6 +25,7 @@ const (
 	kindOther errKind = iota
 	kindExist
 	kindNotExist
+	kindNoScheduler
 )
 
 // OpError is a failed IPVS operation: what was being done and why it failed.
@@ -38,6 +39,7 @@ type OpError struct {
 	// means nothing to anyone).
 	reason string
 	kind   errKind
+	sched  string // the missing scheduler, with kindNoScheduler
 }
 
 func (e *OpError) Error() string {
@@ -70,6 +72,17 @@ func IsNotExist(err error) bool {
 		return oe.kind == kindNotExist
 	}
 	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT)
+}
+
+// MissingScheduler reports the scheduler named in err when err says the
+// kernel refused a virtual server because that scheduler's module is not
+// loaded (ENOENT from adding or updating a virtual server).
+func MissingScheduler(err error) (string, bool) {
+	var oe *OpError
+	if errors.As(err, &oe) && oe.kind == kindNoScheduler {
+		return oe.sched, true
+	}
+	return "", false
 }
 
 // The verbs, named after the Interface methods. They label errors, the
@@ -148,6 +161,7 @@ func opError(verb string, vs ServiceKey, rs RealKey, sched string, err error) er
 		e.kind = kindNotExist
 		e.reason = "no such service"
 	case errno == syscall.ENOENT && isVSVerb:
+		e.kind, e.sched = kindNoScheduler, sched
 		e.reason = fmt.Sprintf("scheduler %q not found (is the ip_vs_%s module loaded?)", sched, sched)
 	case errno == syscall.ENOENT:
 		e.kind = kindNotExist

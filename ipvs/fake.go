@@ -37,6 +37,7 @@ type Fake struct {
 	nextID int
 	// interrupts is how many of the next walks are interrupted once.
 	interrupts int
+	unloaded   map[string]bool // schedulers whose module is "not loaded"
 }
 
 type fakeService struct {
@@ -71,6 +72,17 @@ var fakeSchedulers = map[string]bool{
 	"rr": true, "wrr": true, "lc": true, "wlc": true, "lblc": true, "lblcr": true,
 	"dh": true, "sh": true, "sed": true, "nq": true, "mh": true, "fo": true,
 	"ovf": true, "twos": true,
+}
+
+// UnloadScheduler makes the Fake refuse scheduler name as the kernel does
+// when its module is not loaded; loaded=true takes it back.
+func (f *Fake) UnloadScheduler(name string, loaded bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unloaded == nil {
+		f.unloaded = map[string]bool{}
+	}
+	f.unloaded[name] = !loaded
 }
 
 // NewFake returns an empty Fake with the kernel's default timeouts.
@@ -272,7 +284,7 @@ func (f *Fake) putService(verb string, vs VirtualServer) error {
 		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.EEXIST)
 	case verb == verbUpdateVirtualServer && !exists:
 		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.ESRCH)
-	case !fakeSchedulers[vs.Scheduler]:
+	case !fakeSchedulers[vs.Scheduler] || f.unloaded[vs.Scheduler]:
 		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, syscall.ENOENT)
 	}
 	// Like the kernel, keep only what is programmable: no hashed flag,

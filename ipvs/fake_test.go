@@ -385,3 +385,21 @@ func TestFakeConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingSchedulerNamesIt: the kernel's ENOENT for a virtual server is
+// a missing scheduler module, and the error says which one (the sync
+// falls back to the default for services asking for it).
+func TestMissingSchedulerNamesIt(t *testing.T) {
+	f := NewFake()
+	f.UnloadScheduler("nq", false)
+	vs := VirtualServer{ServiceKey: key(TCP, "10.96.0.1:80"), Scheduler: "nq"}
+	err := f.AddVirtualServer(vs)
+	if name, ok := MissingScheduler(fmt.Errorf("sync default/web: %w", err)); !ok || name != "nq" {
+		t.Errorf("MissingScheduler(%v) = %q, %v; want nq", err, name, ok)
+	}
+	if _, ok := MissingScheduler(f.DeleteVirtualServer(key(TCP, "10.96.0.2:80"))); ok {
+		t.Error("a missing service was taken for a missing scheduler")
+	}
+	f.UnloadScheduler("nq", true)
+	mustOK(t, f.AddVirtualServer(vs))
+}

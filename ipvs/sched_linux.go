@@ -62,3 +62,15 @@ func listsModule(path, mod string) bool {
 	}
 	return false
 }
+
+// SchedulerLoaded reports whether the named scheduler's module is loaded
+// (or built in) now. Unlike SchedulerAvailable it does not count an
+// installed module: this answers "has someone loaded the module the kernel
+// refused to load on demand?".
+func SchedulerLoaded(name string) bool {
+	if name == "" || strings.ContainsAny(name, "/.") {
+		return false
+	}
+	_, err := os.Stat(filepath.Join("/sys/module", "ip_vs_"+name))
+	return err == nil
+}

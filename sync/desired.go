@@ -35,6 +35,10 @@ type Config struct {
 	// sorted: an external or load-balancer IP already there is not bound
 	// again on kube-ipvs0.
 	HostAddresses []netip.Addr
+	// MissingSchedulers are schedulers the kernel refused because their
+	// module is not loaded; a service asking for one gets the default,
+	// and a Warning, as for an unknown name.
+	MissingSchedulers map[string]bool
 }
 
 // Built is everything BuildService derives from one service.
@@ -75,7 +79,7 @@ func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Buil
 		return b // headless: DNS only, nothing for the proxy
 	}
 	sb := serviceBuilder{svc: svc, cfg: cfg, out: &b, localEps: map[ipvs.RealKey]bool{}, programmed: map[bool]bool{}}
-	sb.sched, sb.flags, b.Problems = schedulerFor(svc, cfg.Scheduler)
+	sb.sched, sb.flags, b.Problems = schedulerFor(svc, cfg.Scheduler, cfg.MissingSchedulers)
 	sb.affinity = affinityTimeout(svc)
 	sb.parseExternal()
 	for _, ipStr := range clusterIPs {
@@ -141,16 +145,19 @@ var schedulerFlagBits = map[string]ipvs.Flags{
 }
 
 // schedulerFor reads the per-service scheduler annotations. An invalid
-// value is reported and the default is used: a typo must not take a
-// service down.
-func schedulerFor(svc *v1.Service, def string) (string, ipvs.Flags, []string) {
+// value, or a scheduler this kernel cannot load, is reported and the
+// default is used: a typo or a missing module must not take a service down.
+func schedulerFor(svc *v1.Service, def string, missing map[string]bool) (string, ipvs.Flags, []string) {
 	var problems []string
 	sched := def
 	if v, ok := svc.Annotations[AnnotationScheduler]; ok {
-		if Schedulers[v] {
-			sched = v
-		} else {
+		switch {
+		case !Schedulers[v]:
 			problems = append(problems, fmt.Sprintf("annotation %s: unknown scheduler %q; using %q", AnnotationScheduler, truncate(v), def))
+		case missing[v]:
+			problems = append(problems, fmt.Sprintf("annotation %s: scheduler %q is not available in this kernel (load the ip_vs_%s module); using %q", AnnotationScheduler, v, v, def))
+		default:
+			sched = v
 		}
 	}
 	var flags ipvs.Flags

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
 
 // Sentinel keys: no service key ("namespace/name") looks like these.
@@ -52,6 +53,9 @@ type RunnerConfig struct {
 	// OnFullSync, when set, is told after every full pass how many virtual
 	// and real servers are programmed (for kernel sizing advice).
 	OnFullSync func(virtualServers, realServers int)
+	// SchedulerLoaded, when set, tells whether a scheduler the kernel once
+	// refused has been loaded since (checked before each full pass).
+	SchedulerLoaded func(name string) bool
 	// DrainInterval is how often draining real servers are checked
 	// (default 5 s).
 	DrainInterval time.Duration
@@ -222,6 +226,7 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	start := time.Now()
 	failed := r.syncKeys(keys)
 	passFinished := r.stepFullPass(passWanted, start, failed)
+	r.learnMissingSchedulers(failed)
 	r.clearStaleFlows()
 	end := time.Now()
 	for _, k := range keys {
@@ -436,6 +441,40 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 	return true
 }
 
+// learnMissingSchedulers notes the schedulers the kernel refused in this
+// batch. The services that asked for one are retried (they failed), and
+// their retry builds them with the default scheduler and a Warning Event,
+// as for an unknown scheduler name.
+func (r *Runner) learnMissingSchedulers(failed map[string]error) {
+	for _, err := range failed {
+		name, ok := ipvs.MissingScheduler(err)
+		if !ok || name == r.cfg.Build.Scheduler || r.cfg.Build.MissingSchedulers[name] {
+			continue // the default was checked at start; nothing to fall back to
+		}
+		if r.cfg.Build.MissingSchedulers == nil {
+			r.cfg.Build.MissingSchedulers = map[string]bool{}
+		}
+		r.cfg.Build.MissingSchedulers[name] = true
+		klog.InfoS("IPVS scheduler not available in this kernel; services asking for it use the default",
+			"scheduler", name, "default", r.cfg.Build.Scheduler)
+	}
+}
+
+// forgetLoadedSchedulers takes back the schedulers whose module has been
+// loaded since the kernel refused them; the pass that follows rebuilds
+// every service with them.
+func (r *Runner) forgetLoadedSchedulers() {
+	if r.cfg.SchedulerLoaded == nil {
+		return
+	}
+	for name := range r.cfg.Build.MissingSchedulers {
+		if r.cfg.SchedulerLoaded(name) {
+			delete(r.cfg.Build.MissingSchedulers, name)
+			klog.InfoS("IPVS scheduler loaded; services asking for it get it", "scheduler", name)
+		}
+	}
+}
+
 func (r *Runner) nodeChanged() bool {
 	r.nodeMu.Lock()
 	defer r.nodeMu.Unlock()
@@ -444,6 +483,7 @@ func (r *Runner) nodeChanged() bool {
 
 func (r *Runner) beginFullPass() error {
 	r.applyNodeUpdates()
+	r.forgetLoadedSchedulers()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {
 			klog.ErrorS(err, "Preparing node-wide objects failed")

@@ -137,15 +137,16 @@ func Run(ctx context.Context, o *Options) error {
 	healthChecks := healthcheck.New()
 	defer healthChecks.Close()
 	runner := sync.NewRunner(sync.RunnerConfig{
-		Build:         sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6},
-		SyncPeriod:    o.SyncPeriod,
-		MinSyncPeriod: o.MinSyncPeriod,
-		Prepare:       setup.ensure,
-		Events:        events,
-		HealthChecks:  healthChecks,
-		Conntrack:     cleaner,
-		OnFullSync:    sizingCheck(reg),
-		Metrics:       metrics,
+		Build:           sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6},
+		SyncPeriod:      o.SyncPeriod,
+		MinSyncPeriod:   o.MinSyncPeriod,
+		Prepare:         setup.ensure,
+		Events:          events,
+		HealthChecks:    healthChecks,
+		Conntrack:       cleaner,
+		OnFullSync:      sizingCheck(reg),
+		SchedulerLoaded: ipvs.SchedulerLoaded,
+		Metrics:         metrics,
 	}, tracker, rec)
 	npFilter, _ := o.nodePortFilter()
 	npFilter.nodeIP = nodeIP.Addr

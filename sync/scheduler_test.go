@@ -1,0 +1,54 @@
+package sync
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMissingSchedulerFallsBackWithWarning: a Service asking for a
+// scheduler whose module the kernel cannot load is programmed with the
+// default scheduler and told why in one Warning Event, instead of having
+// no virtual server; once the module is loaded, the next full pass gives
+// it the scheduler it asked for, in place.
+func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
+	k := newKernel(t)
+	k.ipvs.UnloadScheduler("nq", false)
+	e := newEngine(t, k)
+	tracker := NewTracker()
+	events := &recordedEvents{}
+	loaded := false
+	runner := NewRunner(RunnerConfig{Build: testConfig, Events: events, RetryBase: time.Millisecond, RetryMax: time.Millisecond,
+		SchedulerLoaded: func(name string) bool { return name == "nq" && loaded }}, tracker, e.rec)
+	s := svc("default", "web", "10.96.0.10", "80")
+	s.Annotations = map[string]string{AnnotationScheduler: "nq"}
+	tracker.ServiceHandler().OnAdd(s, true)
+	ctx := context.Background()
+
+	runner.processBatch(ctx) // refused by the kernel: learnt, and retried
+	if got := k.ipvs.String(); got != "" {
+		t.Fatalf("the first attempt should have failed, got %q", got)
+	}
+	runner.processBatch(ctx) // the retry, 1 ms later
+	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s rr")
+	want := `web IPVSProxyInvalidService: annotation ipvsproxy.io/scheduler: scheduler "nq" is not available in this kernel (load the ip_vs_nq module); using "rr"`
+	if ev := events.list(); len(ev) != 1 || ev[0] != want {
+		t.Fatalf("events %q, want one: %s", ev, want)
+	}
+
+	// The module gets loaded; the next full pass uses it, in place.
+	k.ipvs.UnloadScheduler("nq", true)
+	loaded = true
+	k.resetCounts()
+	runner.queue.Add(fullSyncKey)
+	for runner.processBatch(ctx); e.rec.PassRunning(); runner.processBatch(ctx) {
+	}
+	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s nq")
+	if w := k.writes(); w["UpdateVirtualServer"] != 1 || w["DeleteVirtualServer"] != 0 {
+		t.Errorf("switching to the loaded scheduler wrote %v, want one in-place update", w)
+	}
+	if ev := events.list(); len(ev) != 1 || !strings.Contains(ev[0], "not available") {
+		t.Errorf("events after the module was loaded: %q", ev)
+	}
+}
