@@ -122,7 +122,7 @@ func (k *kernel) reads() int {
 	n := 0
 	for _, c := range []map[string]int{k.ipvs.Counts(), k.dummy.Counts(), k.ipset.Counts()} {
 		for verb, v := range c {
-			if strings.HasPrefix(strings.ToLower(verb), "list") || verb == "GetTimeouts" {
+			if lv := strings.ToLower(verb); strings.HasPrefix(lv, "list") || strings.HasPrefix(lv, "walk") || verb == "GetTimeouts" {
 				n += v
 			}
 		}

@@ -127,14 +127,14 @@ func TestPassReadsRealServersInEachStep(t *testing.T) {
 	}
 	k.resetCounts()
 	e.beginPass()
-	if n := k.ipvs.Count("ListRealServers"); n != 0 {
+	if n := k.ipvs.Count("WalkRealServers"); n != 0 {
 		t.Errorf("BeginPass listed the real servers of %d virtual servers", n)
 	}
 	if n, want := k.reads(), 2+len(e.rec.sets); n != want {
 		t.Errorf("BeginPass made %d dumps, want %d (addresses, virtual servers, one per owned set)", n, want)
 	}
 	for i := 1; !e.step(); i++ {
-		if n := k.ipvs.Count("ListRealServers"); n != i {
+		if n := k.ipvs.Count("WalkRealServers"); n != i {
 			t.Fatalf("after %d steps: %d real-server dumps, want one per step", i, n)
 		}
 	}
@@ -224,4 +224,34 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 		t.Errorf("ipvsproxy_syncs_total{kind=full} = %v, want 1", n)
 	}
 	assertText(t, "kernel after the pass", k.text(), e.reference())
+}
+
+// TestPassSurvivesInterruptedDumps: when the kernel reports a dump
+// inconsistent (it changed while being read), the walk starts again and
+// the pass drops what the first attempt delivered (the fakes hand it a
+// ghost first): the pass writes exactly what it writes over clean dumps,
+// and leaves the same kernel.
+func TestPassSurvivesInterruptedDumps(t *testing.T) {
+	run := func(interrupt bool) (*kernel, *engine) {
+		k := newKernel(t)
+		e := newEngine(t, k)
+		for i := 0; i < 8; i++ {
+			e.apply(manyService(i, 3))
+		}
+		must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.4"), Protocol: ipvs.TCP, Port: 80}))
+		if interrupt {
+			k.ipvs.InterruptNextWalk(3)
+			k.ipset.InterruptNextWalk(2)
+			k.dummy.InterruptNextWalk(1)
+		}
+		k.resetCounts()
+		e.full()
+		return k, e
+	}
+	clean, _ := run(false)
+	k, e := run(true)
+	if got, want := fmt.Sprint(k.writes()), fmt.Sprint(clean.writes()); got != want {
+		t.Errorf("a pass over interrupted dumps wrote %s; over clean dumps %s", got, want)
+	}
+	assertText(t, "kernel after a pass over interrupted dumps", k.text(), e.reference())
 }

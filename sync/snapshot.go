@@ -31,57 +31,66 @@ type kernelVS struct {
 }
 
 // snapshot reads the addresses, the owned sets and the virtual servers:
-// one dump each, whatever the number of services.
+// one dump each, whatever the number of services. The dumps are streamed
+// into the snapshot's maps (the adapters' walkers), so reading 100,000
+// virtual servers holds no second copy of them; a dump the kernel reports
+// inconsistent is read again, after dropping what it delivered.
 func (r *Reconciler) snapshot() (*kernelSnapshot, error) {
 	snap := &kernelSnapshot{
 		addrs:   map[netip.Addr]bool{},
 		vs:      map[ipvs.ServiceKey]*kernelVS{},
 		entries: map[SetEntry]bool{},
 	}
-	addrs, err := r.kernel.Dummy.ListAddresses()
+	err := r.kernel.Dummy.WalkAddresses(func() { clear(snap.addrs) }, func(a netip.Addr) error {
+		snap.addrs[a] = true
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range addrs {
-		snap.addrs[a] = true
-	}
 	for _, set := range r.sets {
-		entries, err := r.kernel.IPSet.ListEntries(set)
+		reset := func() {
+			for e := range snap.entries {
+				if e.Set == set {
+					delete(snap.entries, e)
+				}
+			}
+		}
+		err := r.kernel.IPSet.WalkEntries(set, reset, func(e ipset.Entry) error {
+			snap.entries[SetEntry{Set: set, Entry: e}] = true
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			snap.entries[SetEntry{Set: set, Entry: e}] = true
-		}
 	}
-	vss, err := r.kernel.IPVS.ListVirtualServers()
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range vss {
+	err = r.kernel.IPVS.WalkVirtualServers(func() { clear(snap.vs) }, func(v ipvs.VirtualServer) error {
 		v.Stats = ipvs.Stats{}
 		snap.vs[v.ServiceKey] = &kernelVS{vs: v}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return snap, nil
 }
 
 // loadReals reads the real servers of one virtual server, once per
-// snapshot. A virtual server that has gone since the snapshot was taken
-// is dropped from it.
-func (r *Reconciler) loadReals(snap *kernelSnapshot, kv *kernelVS) error {
+// snapshot.
+func (r *Reconciler) loadReals(kv *kernelVS) error {
 	if kv.loaded {
 		return nil
 	}
-	reals, err := r.kernel.IPVS.ListRealServers(kv.vs.ServiceKey)
-	if ipvs.IsNotExist(err) {
-		delete(snap.vs, kv.vs.ServiceKey)
+	kv.reals = kv.reals[:0]
+	err := r.kernel.IPVS.WalkRealServers(kv.vs.ServiceKey, func() { kv.reals = kv.reals[:0] }, func(rs ipvs.RealServer) error {
+		kv.reals = append(kv.reals, rs)
 		return nil
-	}
+	})
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
-	kv.reals, kv.loaded = reals, true
+	slices.SortFunc(kv.reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
+	kv.loaded = true
 	return nil
 }
 
@@ -96,7 +105,7 @@ func (r *Reconciler) loadRealsOf(key string, w *ServiceState, snap *kernelSnapsh
 		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
 			continue
 		}
-		if err := r.loadReals(snap, kv); err != nil {
+		if err := r.loadReals(kv); err != nil {
 			return err
 		}
 	}
