@@ -35,8 +35,9 @@ func validateVirtualServer(vs VirtualServer) error {
 	return nil
 }
 
-// maxWeight is the largest weight that survives a round trip: the kernel
-// takes 32 bits, but moby/ipvs reads the weight back as 16 bits.
+// maxWeight is ipvsadm's limit. The kernel takes any non-negative int,
+// and our dumps read it back whole (moby/ipvs read only 16 bits), but
+// weights past ipvsadm's range would confuse the operator's tools.
 const maxWeight = 0xffff
 
 func validateReal(vs ServiceKey, rs RealServer) error {
