@@ -12,7 +12,7 @@ import (
 // what Events and the tracker need is still there (Build equivalence is
 // checked over the fuzz corpus by FuzzBuild).
 func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
-	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
 	s := svc("default", "web", "10.96.0.10", "80")
 	s.UID, s.ResourceVersion = "u-1", "42"
 	s.ManagedFields = managed

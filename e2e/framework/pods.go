@@ -158,14 +158,12 @@ func (p *Pod) startBackend(logDir string) error {
 	return p.waitListening()
 }
 
-// waitListening polls the backend's TCP ports from the root namespace,
-// which also proves the veth and routes work before any test relies on them.
+// waitListening polls the backend's ports from the root namespace — TCP
+// by connecting, UDP by asking and waiting for the answer — which also
+// proves the veth and routes work before any test relies on them. A
+// datagram sent before the backend has bound its port is refused, so a
+// UDP-only pod must be asked too, not just given time.
 func (p *Pod) waitListening() error {
-	ports := p.TCPPorts
-	if len(ports) == 0 {
-		time.Sleep(200 * time.Millisecond) // UDP only: nothing to poll
-		return nil
-	}
 	return Eventually(15*time.Second, 100*time.Millisecond, func() error {
 		select {
 		case <-p.done:
@@ -173,15 +171,20 @@ func (p *Pod) waitListening() error {
 		default:
 		}
 		for _, ip := range []string{p.IP, p.IP6} {
-			for _, port := range ports {
-				if ip == "" {
-					continue
-				}
+			if ip == "" {
+				continue
+			}
+			for _, port := range p.TCPPorts {
 				c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
 				if err != nil {
 					return err
 				}
 				c.Close()
+			}
+			for _, port := range p.UDPPorts {
+				if _, err := AskUDP(ip, port); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
