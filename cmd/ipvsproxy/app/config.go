@@ -246,6 +246,7 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 			binding{"metricsBindAddress", "metrics-bind-address", c.MetricsBindAddress != "", func() { o.MetricsBindAddress = withDefaultPort(c.MetricsBindAddress, 10249) }},
 			binding{"bindAddress", "bind-address", c.BindAddress != "", func() { o.BindAddress = c.BindAddress }},
 			binding{"oomScoreAdj", "oom-score-adj", c.OOMScoreAdj != nil, func() { o.OOMScoreAdj = *c.OOMScoreAdj }},
+			binding{"enableProfiling", "profiling", c.EnableProfiling, func() { o.EnableProfiling = true }},
 		)
 		b = append(b, conntrackBindings(c.Conntrack, &o.Conntrack)...)
 	}
@@ -268,7 +269,7 @@ var usedPaths = map[string]bool{
 	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
 	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
 	"nodePortAddresses": true, "detectLocal.bridgeInterface": true, "detectLocal.interfaceNamePrefix": true,
-	"bindAddress": true, "oomScoreAdj": true,
+	"bindAddress": true, "oomScoreAdj": true, "enableProfiling": true,
 	"conntrack.maxPerCore": true, "conntrack.min": true, "conntrack.tcpEstablishedTimeout": true,
 	"conntrack.tcpCloseWaitTimeout": true, "conntrack.tcpBeLiberal": true,
 	"conntrack.udpTimeout": true, "conntrack.udpStreamTimeout": true,
@@ -376,6 +377,7 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		Mode:               "ipvs",
 		HealthzBindAddress: o.HealthzBindAddress,
 		MetricsBindAddress: o.MetricsBindAddress,
+		EnableProfiling:    o.EnableProfiling,
 		BindAddress:        o.BindAddress,
 		OOMScoreAdj:        &oom,
 		Conntrack: kpv1alpha1.KubeProxyConntrackConfiguration{

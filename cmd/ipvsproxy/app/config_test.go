@@ -176,6 +176,9 @@ func TestConfigFileValues(t *testing.T) {
 	ctZero := *NewOptions()
 	ctZero.Conntrack.MaxPerCore, ctZero.Conntrack.TCPEstablished, ctZero.Conntrack.TCPCloseWait = 0, 0, 0
 
+	profiling := *NewOptions()
+	profiling.EnableProfiling = true
+
 	bareIP := *NewOptions()
 	bareIP.HealthzBindAddress, bareIP.MetricsBindAddress = "10.0.0.5:10256", "[::1]:10249"
 
@@ -190,6 +193,7 @@ func TestConfigFileValues(t *testing.T) {
 		{"kubeadm's zero fields mean the defaults", kubeadmFile, nil, kubeadm},
 		{"bare IP bind addresses get kube-proxy's ports", kpHeader + "healthzBindAddress: 10.0.0.5\nmetricsBindAddress: \"::1\"\n", nil, bareIP},
 		{"empty mode is ipvs", kpHeader + "mode: \"\"\n", nil, *NewOptions()},
+		{"enableProfiling", kpHeader + "enableProfiling: true\n", nil, profiling},
 		{"explicit conntrack zeros leave the kernel alone", kpHeader + "conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 0s\n", nil, ctZero},
 	}
 	for _, c := range cases {

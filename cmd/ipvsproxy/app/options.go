@@ -33,6 +33,7 @@ type Options struct {
 	IPTablesBackend    string
 	HealthzBindAddress string
 	MetricsBindAddress string
+	EnableProfiling    bool // --profiling: pprof handlers on the metrics server
 	NodePortAddresses  []string
 	DetectLocalMode    string
 	PodBridge          string
@@ -93,6 +94,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
+	fs.BoolVar(&o.EnableProfiling, "profiling", o.EnableProfiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the metrics address, as kube-proxy does.")
 	o.addNodeFlags(fs)
 	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "At most this many virtual servers get ipvsproxy_service_* traffic metrics (bounds the series count); the rest are skipped with a log line.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -162,9 +163,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err := serve(ctx, "healthz", o.HealthzBindAddress, health.Handler()); err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if err := serve(ctx, "metrics", o.MetricsBindAddress, mux); err != nil {
+	if err := serve(ctx, "metrics", o.MetricsBindAddress, metricsHandler(reg, o.EnableProfiling)); err != nil {
 		return err
 	}
 
@@ -193,6 +192,21 @@ func Run(ctx context.Context, o *Options) error {
 	})
 	klog.InfoS("Stopped; kernel state left in place")
 	return nil
+}
+
+// metricsHandler serves /metrics and, with profiling on, Go's pprof
+// handlers under /debug/pprof/ (kube-proxy's enableProfiling).
+func metricsHandler(reg *prometheus.Registry, profiling bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 // newInformers makes the three informers: Services and EndpointSlices with
