@@ -90,6 +90,7 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 		return fail("usage: %v", err)
 	}
 	saveMetrics(filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-metrics.txt", len(w.svcs), p.name)))
+	saveURL("http://127.0.0.1:10249/debug/pprof/heap", filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-heap.pb.gz", len(w.svcs), p.name)))
 	if r.Failures > 0 && r.err == "" {
 		r.err = fmt.Sprintf("%d of %d changes not seen in the kernel", r.Failures, c.changes)
 	}
@@ -98,19 +99,27 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 
 // saveMetrics keeps the proxy's /metrics (both serve kubeproxy_sync_*
 // histograms there): how long its syncs took explains the latencies.
-func saveMetrics(path string) {
-	resp, err := http.Get("http://127.0.0.1:10249/metrics")
+func saveMetrics(path string) { saveURL("http://127.0.0.1:10249/metrics", path) }
+
+// saveURL keeps what url answers in path. Both proxies run with
+// --profiling, so their heap profiles (live and allocated bytes by
+// function; `go tool pprof`) are kept the same way.
+func saveURL(url, path string) {
+	resp, err := http.Get(url)
 	if err != nil {
-		logf("metrics: %v", err)
+		logf("%s: %v", url, err)
 		return
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
 	if err == nil {
 		err = os.WriteFile(path, data, 0o644)
 	}
 	if err != nil {
-		logf("metrics: %v", err)
+		logf("%s: %v", url, err)
 	}
 }
 

@@ -24,7 +24,8 @@ type proxySpec struct {
 // specs builds both proxies' command lines with the same settings where
 // they share a meaning: the node, the pod CIDR, NodePorts only on the
 // node's own /24, conntrack sysctls left alone (not what is measured),
-// health and metrics on loopback. Sync periods are each proxy's defaults
+// health and metrics on loopback, pprof on (heap profiles are kept).
+// Sync periods are each proxy's defaults
 // (both 30 s; the minimum is 1 s for kube-proxy, 0 for ipvsproxy).
 func specs(ipvsproxy, kubeProxy, kubeconfig, node string) []proxySpec {
 	common := []string{
@@ -35,6 +36,7 @@ func specs(ipvsproxy, kubeProxy, kubeconfig, node string) []proxySpec {
 		"--conntrack-max-per-core", "0",
 		"--healthz-bind-address", "127.0.0.1:10256",
 		"--metrics-bind-address", "127.0.0.1:10249",
+		"--profiling",
 		"-v", "2",
 	}
 	var out []proxySpec
