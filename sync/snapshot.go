@@ -146,6 +146,9 @@ func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
 // made by someone else after the snapshot was read is found by the next
 // full pass.
 func (r *Reconciler) noteSynced(snap *kernelSnapshot, old, now *ServiceState) {
+	if old == now {
+		return // nothing written: the common case of a pass with no drift
+	}
 	for _, a := range old.Addresses {
 		if r.addrRefs[a] == 0 {
 			delete(snap.addrs, a)
