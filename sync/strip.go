@@ -58,10 +58,10 @@ func stripService(s *v1.Service) {
 }
 
 func stripSlice(s *discovery.EndpointSlice) {
-	if name, ok := s.Labels[discovery.LabelServiceName]; ok {
-		s.Labels = map[string]string{discovery.LabelServiceName: name}
-	} else {
-		s.Labels = nil
+	for k := range s.Labels {
+		if k != discovery.LabelServiceName {
+			delete(s.Labels, k) // in place: a new map would be one more allocation per slice
+		}
 	}
 	s.Annotations = nil
 	s.ManagedFields = nil

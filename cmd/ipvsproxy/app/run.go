@@ -52,6 +52,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tuneGC()
 
 	nodeName, err := hostname(o.HostnameOverride)
 	if err != nil {
