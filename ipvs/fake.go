@@ -337,7 +337,7 @@ func (f *Fake) sortedRealsLocked(vs ServiceKey) []RealServer {
 	if s == nil {
 		return []RealServer{}
 	}
-	out := slices.Collect(maps.Values(s.reals))
+	out := slices.AppendSeq(make([]RealServer, 0, len(s.reals)), maps.Values(s.reals))
 	slices.SortFunc(out, func(a, b RealServer) int { return CompareRealKeys(a.RealKey, b.RealKey) })
 	return out
 }
@@ -359,8 +359,11 @@ func (f *Fake) WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer) 
 	}
 	items, interrupted := f.sortedRealsLocked(vs), f.takeInterrupt()
 	f.mu.Unlock()
-	return fakeWalk(items, RealServer{RealKey: GhostReal, Weight: 1}, interrupted, reset, fn,
-		opError(verbWalkRealServers, vs, RealKey{}, "", ErrDumpInterrupted))
+	var ierr error // made only when used: a pass walks every virtual server
+	if interrupted {
+		ierr = opError(verbWalkRealServers, vs, RealKey{}, "", ErrDumpInterrupted)
+	}
+	return fakeWalk(items, RealServer{RealKey: GhostReal, Weight: 1}, interrupted, reset, fn, ierr)
 }
 
 // AddRealServer adds rs to vs; IsExist(err) if rs is there already,

@@ -117,13 +117,87 @@ func (r *Reconciler) passKey(key string, w *ServiceState) error {
 	if err := r.loadRealsOf(key, w, p.snap); err != nil {
 		return fmt.Errorf("read real servers: %w", err)
 	}
-	r.forgetKey(key)
-	r.adoptKey(key, w, p.snap)
+	if !r.recordIsReadBack(key, w, p.snap) {
+		r.forgetKey(key)
+		r.adoptKey(key, w, p.snap)
+	}
 	if r.applied[key] != nil {
 		p.adopted++
 	}
 	err := r.Sync(key, w)
 	return errors.Join(err, r.pruneReals(key, p.snap))
+}
+
+// recordIsReadBack reports whether key's applied record is exactly what
+// adopting w from snap would make of it (forgetKey then adoptKey): the
+// common case of a pass with no drift, checked without allocating so that
+// such a pass does not rebuild every record.
+func (r *Reconciler) recordIsReadBack(key string, w *ServiceState, snap *kernelSnapshot) bool {
+	have := r.applied[key]
+	if have == nil {
+		have = &ServiceState{}
+	}
+	i := 0
+	for _, a := range w.Addresses {
+		if snap.addrs[a] {
+			if i == len(have.Addresses) || have.Addresses[i] != a {
+				return false
+			}
+			i++
+		}
+	}
+	if i != len(have.Addresses) {
+		return false
+	}
+	i = 0
+	for _, e := range w.Entries {
+		if snap.entries[e] {
+			if i == len(have.Entries) || have.Entries[i] != e {
+				return false
+			}
+			i++
+		}
+	}
+	if i != len(have.Entries) {
+		return false
+	}
+	i = 0
+	for _, v := range w.VirtualServers {
+		kv := snap.vs[v.VS.ServiceKey]
+		if kv == nil {
+			continue
+		}
+		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
+			continue
+		}
+		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], kv, v.Reals) {
+			return false
+		}
+		i++
+	}
+	return i == len(have.VirtualServers)
+}
+
+// realsReadBack: rec is the kernel's virtual server kv with, in order and
+// at the kernel's weights, the wanted real servers the kernel holds.
+func realsReadBack(rec VirtualServerState, kv *kernelVS, wanted []ipvs.RealServer) bool {
+	if rec.VS.ServiceKey != kv.vs.ServiceKey || !rec.VS.Equal(kv.vs) {
+		return false
+	}
+	i, j := 0, 0
+	for _, k := range kv.reals {
+		for j < len(wanted) && compareRealKey(wanted[j].RealKey, k.RealKey) < 0 {
+			j++
+		}
+		if j == len(wanted) || wanted[j].RealKey != k.RealKey {
+			continue // in the kernel, not wanted: not adopted
+		}
+		if i == len(rec.Reals) || rec.Reals[i].RealKey != k.RealKey || rec.Reals[i].Weight != k.Weight {
+			return false
+		}
+		i++
+	}
+	return i == len(rec.Reals)
 }
 
 // FinishPass ends the pass: it removes the owned virtual servers,

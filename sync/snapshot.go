@@ -77,11 +77,11 @@ func (r *Reconciler) snapshot() (*kernelSnapshot, error) {
 
 // loadReals reads the real servers of one virtual server, once per
 // snapshot.
-func (r *Reconciler) loadReals(kv *kernelVS) error {
+func (r *Reconciler) loadReals(kv *kernelVS, sizeHint int) error {
 	if kv.loaded {
 		return nil
 	}
-	kv.reals = kv.reals[:0]
+	kv.reals = make([]ipvs.RealServer, 0, sizeHint)
 	err := r.kernel.IPVS.WalkRealServers(kv.vs.ServiceKey, func() { kv.reals = kv.reals[:0] }, func(rs ipvs.RealServer) error {
 		kv.reals = append(kv.reals, rs)
 		return nil
@@ -105,7 +105,7 @@ func (r *Reconciler) loadRealsOf(key string, w *ServiceState, snap *kernelSnapsh
 		if owner, taken := r.vsOwner[v.VS.ServiceKey]; taken && owner != key {
 			continue
 		}
-		if err := r.loadReals(kv); err != nil {
+		if err := r.loadReals(kv, len(v.Reals)+1); err != nil {
 			return err
 		}
 	}
