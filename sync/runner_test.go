@@ -66,14 +66,16 @@ func startRunnerWith(t *testing.T, syncPeriod time.Duration, wrapSynced func(fun
 	factory := informers.NewSharedInformerFactory(h.client, 0)
 	si := factory.Core().V1().Services().Informer()
 	ei := factory.Discovery().V1().EndpointSlices().Informer()
-	si.AddEventHandler(tracker.ServiceHandler())
-	ei.AddEventHandler(tracker.EndpointSliceHandler())
+	sreg, _ := si.AddEventHandler(tracker.ServiceHandler())
+	ereg, _ := ei.AddEventHandler(tracker.EndpointSliceHandler())
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	factory.Start(ctx.Done())
 	go func() {
 		defer close(h.done)
-		h.runner.Run(ctx, wrapSynced(func() bool { return si.HasSynced() && ei.HasSynced() }))
+		// The handlers' registrations, not the informers: an informer has
+		// synced before its handlers have been given the objects.
+		h.runner.Run(ctx, wrapSynced(func() bool { return sreg.HasSynced() && ereg.HasSynced() }))
 	}()
 	t.Cleanup(func() { cancel(); <-h.done; factory.Shutdown() })
 	return h

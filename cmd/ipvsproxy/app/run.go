@@ -176,23 +176,40 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	if _, err := svcInformer.AddEventHandler(tracker.ServiceHandler()); err != nil {
-		return err
-	}
-	if _, err := sliceInformer.AddEventHandler(tracker.EndpointSliceHandler()); err != nil {
-		return err
-	}
-	if _, err := nodeInformer.AddEventHandler(node.handler()); err != nil {
-		return err
+	var regs []cache.ResourceEventHandlerRegistration
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{svcInformer, tracker.ServiceHandler()}, {sliceInformer, tracker.EndpointSliceHandler()}, {nodeInformer, node.handler()}} {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return err
+		}
+		regs = append(regs, reg)
 	}
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer, nodeInformer} {
 		go inf.RunWithContext(ctx)
 	}
-	runner.Run(ctx, func() bool {
-		return svcInformer.HasSynced() && sliceInformer.HasSynced() && nodeInformer.HasSynced()
-	})
+	runner.Run(ctx, handlersSynced(regs...))
 	klog.InfoS("Stopped; kernel state left in place")
 	return nil
+}
+
+// handlersSynced reports whether every handler has been given its
+// informer's initial list. An informer's own HasSynced turns true as soon
+// as its store holds the list, which at 10,000 services is seconds before
+// its handlers have been called (another goroutine feeds them from a
+// buffer): a first full pass started then sees a tracker with no services
+// and prunes them all from the kernel of a restarted node.
+func handlersSynced(regs ...cache.ResourceEventHandlerRegistration) func() bool {
+	return func() bool {
+		for _, r := range regs {
+			if !r.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // metricsHandler serves /metrics and, with profiling on, Go's pprof
