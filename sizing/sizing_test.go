@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -49,6 +51,38 @@ func TestReadKernel(t *testing.T) {
 	k := ReadKernel(sc, proc)
 	if k != (Kernel{IPVSConnTableSize: 4096, ConntrackMax: 262144, RmemMax: 212992}) {
 		t.Errorf("read %+v", k)
+	}
+}
+
+// TestReadKernelReadsOnlyTheHeader: /proc/net/ip_vs lists every virtual
+// and real server after its first line; ReadKernel must stop at the
+// header. The "file" here is a pipe whose writer never finishes, so
+// reading it to the end would never return.
+func TestReadKernelReadsOnlyTheHeader(t *testing.T) {
+	proc := filepath.Join(t.TempDir(), "ip_vs")
+	if err := syscall.Mkfifo(proc, 0o600); err != nil {
+		t.Skipf("no fifo here: %v", err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		w, err := os.OpenFile(proc, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer w.Close()
+		w.WriteString("IP Virtual Server version 1.2.1 (size=8192)\nProt LocalAddress:Port Scheduler Flags\n")
+		<-done // never the end of the table
+	}()
+	got := make(chan Kernel, 1)
+	go func() { got <- ReadKernel(sysctl.NewFake(nil), proc) }()
+	select {
+	case k := <-got:
+		if k.IPVSConnTableSize != 8192 {
+			t.Errorf("table size %d, want 8192", k.IPVSConnTableSize)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadKernel read past the header of /proc/net/ip_vs")
 	}
 }
 

@@ -430,14 +430,15 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 	} else {
 		r.queue.Forget(fullSyncKey)
 	}
+	took := time.Since(r.passStart)
 	r.fullDone.Store(true)
-	r.metrics.fullPass(time.Since(r.passStart))
+	r.metrics.fullPass(took)
 	r.metrics.services(r.rec.Keys())
 	if r.cfg.OnFullSync != nil {
 		r.cfg.OnFullSync(r.rec.Counts())
 	}
 	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
-		"failed", len(res.Failed), "duration", time.Since(r.passStart))
+		"failed", len(res.Failed), "duration", took)
 	return true
 }
 
@@ -482,6 +483,7 @@ func (r *Runner) nodeChanged() bool {
 }
 
 func (r *Runner) beginFullPass() error {
+	start := time.Now() // the pass's time includes the node set-up and the kernel read
 	r.applyNodeUpdates()
 	r.forgetLoadedSchedulers()
 	if r.cfg.Prepare != nil {
@@ -494,7 +496,7 @@ func (r *Runner) beginFullPass() error {
 		klog.ErrorS(err, "Full sync could not read the kernel")
 		return err
 	}
-	r.passStart = time.Now()
+	r.passStart = start
 	return nil
 }
 
