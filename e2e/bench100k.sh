@@ -68,6 +68,10 @@ go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench100k" ./e2e/cmd/bench100k
 stage_done
 
 export E2E_RESULTS; E2E_RESULTS=$(new_results bench100k)
+# The host's load, every minute: the guest's one CPU is a host thread, so
+# other work on the host stretches every wall time measured inside.
+( while :; do echo "$(date +%T) $(cat /proc/loadavg)"; sleep 60; done ) > "$E2E_RESULTS/host-load.txt" &
+load_pid=$!
 stage "sandbox (N = $n, --mem $mem)"
 set +e
 # shellcheck disable=SC2086 # BENCH100K_ARGS is a list of flags
@@ -75,6 +79,7 @@ set +e
   "$repo/bin/e2e-bench100k" --n "$n" --ipvsproxy "$ipvsproxy" --results "$E2E_RESULTS" ${BENCH100K_ARGS:-})
 rc=$?
 set -e
+kill "$load_pid" 2>/dev/null || true
 stage_done
 timings+=$(printf '  %-28s %4ds' total $(( $(date +%s) - total_start )))$'\n'
 echo "bench100k: results in $E2E_RESULTS" >&2

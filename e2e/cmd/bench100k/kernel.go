@@ -6,16 +6,19 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 )
 
-// ipvsCheck is one read of /proc/net/ip_vs held against the workload.
+// ipvsCheck is one read of the kernel's IPVS table held against the workload.
 type ipvsCheck struct {
 	Want      int           `json:"want"`      // virtual servers the workload asks for
 	Complete  int           `json:"complete"`  // of those, holding exactly their 10 real servers, all weight > 0
@@ -38,13 +41,130 @@ const (
 	vsNodePort = 2 // its nodeIP:nodePort is
 )
 
-// checkIPVS streams /proc/net/ip_vs — one read, no process, no netlink
-// request per virtual server, and no table in memory: every address maps
-// back to its service by arithmetic (workload.go). Lines look like
+// ipvsChecker holds the kernel's virtual servers, one at a time, against
+// the workload: every address maps back to its service by arithmetic
+// (workload.go), so no table of a million real servers is built.
+type ipvsChecker struct {
+	w     *workload
+	c     ipvsCheck
+	done  []uint8
+	nodeV uint32
+	cur   vsBlock
+}
+
+// vsBlock is the virtual server being read and what its real servers were.
+type vsBlock struct {
+	svc       int
+	bit       uint8 // vsCluster or vsNodePort; 0: not the workload's
+	good, bad int
+}
+
+func (w *workload) newChecker() *ipvsChecker {
+	return &ipvsChecker{w: w, c: ipvsCheck{Want: w.n + w.nodePorts}, done: make([]uint8, w.n), nodeV: addrV(w.nodeIP)}
+}
+
+func (k *ipvsChecker) finish() {
+	if k.cur.bit != 0 && k.cur.good == endpointsPer && k.cur.bad == 0 {
+		k.done[k.cur.svc] |= k.cur.bit
+	}
+	k.cur = vsBlock{}
+}
+
+// virtual starts a virtual server; ok is false for one that is not IPv4
+// TCP (never the workload's).
+func (k *ipvsChecker) virtual(ip uint32, port int, ok bool) {
+	k.finish()
+	k.c.VS++
+	w := k.w
+	switch {
+	case !ok:
+		k.c.Foreign++
+	case port == servicePort && ip > clusterIPBase && ip <= clusterIP(w.n-1):
+		k.cur = vsBlock{svc: int(ip - clusterIPBase - 1), bit: vsCluster}
+	case ip == k.nodeV && port >= nodePortMin && port < nodePortMin+nodePortCount &&
+		(port-nodePortMin)*nodePortEvery+nodePortEvery-1 < w.n:
+		k.cur = vsBlock{svc: (port-nodePortMin)*nodePortEvery + nodePortEvery - 1, bit: vsNodePort}
+	default:
+		k.c.Foreign++
+	}
+}
+
+// real is a real server of the current virtual server.
+func (k *ipvsChecker) real(ip uint32, port, weight int, ok bool) {
+	k.c.Reals++
+	svc, known := k.w.serviceOfEndpoint(ip)
+	switch {
+	case k.cur.bit == 0:
+	case ok && weight > 0 && port == targetPort && known && svc == k.cur.svc:
+		k.cur.good++
+	default:
+		k.cur.bad++
+		k.c.WrongReal++
+	}
+}
+
+func (k *ipvsChecker) result() ipvsCheck {
+	k.finish()
+	c := k.c
+	for i, d := range k.done {
+		if d&vsCluster != 0 {
+			c.Complete++
+		}
+		if d&vsNodePort != 0 && nodePort(i) != 0 {
+			c.Complete++
+		}
+	}
+	return c
+}
+
+// checkIPVS reads the kernel's virtual servers and their real servers
+// over netlink with moby/ipvs — not ipvsproxy's own adapter, so the
+// proxy's code does not judge itself: one dump of the virtual servers,
+// then one of each one's real servers. (/proc/net/ip_vs says the same but
+// costs the kernel O(n²): each read of a page restarts its walk from the
+// first virtual server — minutes at 100,000; it is read once at the end.)
+func checkIPVS(w *workload) (ipvsCheck, error) {
+	start := time.Now()
+	h, err := ipvs.New("")
+	if err != nil {
+		return ipvsCheck{}, err
+	}
+	defer h.Close()
+	svcs, err := h.GetServices()
+	if err != nil {
+		return ipvsCheck{}, fmt.Errorf("ipvs services: %w", err)
+	}
+	k := w.newChecker()
+	for _, s := range svcs {
+		ip4 := s.Address.To4()
+		k.virtual(v4(ip4), int(s.Port), s.AddressFamily == syscall.AF_INET && s.Protocol == syscall.IPPROTO_TCP && s.FWMark == 0 && ip4 != nil)
+		dests, err := h.GetDestinations(s)
+		if err != nil {
+			return ipvsCheck{}, fmt.Errorf("ipvs real servers of %v:%d: %w", s.Address, s.Port, err)
+		}
+		for _, d := range dests {
+			a := d.Address.To4()
+			k.real(v4(a), int(d.Port), d.Weight, a != nil)
+		}
+	}
+	c := k.result()
+	c.Took = time.Since(start)
+	return c, nil
+}
+
+func v4(ip net.IP) uint32 {
+	if len(ip) != 4 {
+		return 0
+	}
+	return uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
+}
+
+// checkProcIPVS streams /proc/net/ip_vs (the text ipvsadm users know)
+// through the same checker. Lines look like
 //
 //	TCP  0A600001:0050 rr
 //	  -> 0A800001:1F90      Masq    1      0          0
-func checkIPVS(path string, w *workload) (ipvsCheck, error) {
+func checkProcIPVS(path string, w *workload) (ipvsCheck, error) {
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {
@@ -56,78 +176,29 @@ func checkIPVS(path string, w *workload) (ipvsCheck, error) {
 	return c, err
 }
 
-// vsBlock is the virtual server being read and what its real servers were.
-type vsBlock struct {
-	svc       int
-	bit       uint8 // vsCluster or vsNodePort; 0: not the workload's
-	good, bad int
-}
-
 func (w *workload) checkIPVSText(r *bufio.Reader) (ipvsCheck, error) {
-	c := ipvsCheck{Want: w.n + w.nodePorts}
-	done := make([]uint8, w.n)
-	nodeV := addrV(w.nodeIP)
-	var cur vsBlock
-	finish := func() {
-		if cur.bit != 0 && cur.good == endpointsPer && cur.bad == 0 {
-			done[cur.svc] |= cur.bit
-		}
-		cur = vsBlock{}
-	}
+	k := w.newChecker()
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil && err != io.EOF {
-			return c, err
+			return k.c, err
 		}
 		fl := strings.Fields(line)
 		switch {
 		case len(fl) >= 2 && fl[0] == "TCP":
-			finish()
-			c.VS++
 			ip, port, ok := hexAddrPort(fl[1])
-			switch {
-			case !ok:
-				c.Foreign++
-			case port == servicePort && ip > clusterIPBase && ip <= clusterIP(w.n-1):
-				cur = vsBlock{svc: int(ip - clusterIPBase - 1), bit: vsCluster}
-			case ip == nodeV && port >= nodePortMin && port < nodePortMin+nodePortCount &&
-				(port-nodePortMin)*nodePortEvery+nodePortEvery-1 < w.n:
-				cur = vsBlock{svc: (port-nodePortMin)*nodePortEvery + nodePortEvery - 1, bit: vsNodePort}
-			default:
-				c.Foreign++
-			}
+			k.virtual(ip, port, ok)
 		case len(fl) >= 4 && fl[0] == "->" && fl[1] != "RemoteAddress:Port":
-			c.Reals++
 			ip, port, ok := hexAddrPort(fl[1])
 			weight, werr := strconv.Atoi(fl[3])
-			svc, known := w.serviceOfEndpoint(ip)
-			switch {
-			case cur.bit == 0:
-			case ok && werr == nil && weight > 0 && port == targetPort && known && svc == cur.svc:
-				cur.good++
-			default:
-				cur.bad++
-				c.WrongReal++
-			}
+			k.real(ip, port, weight, ok && werr == nil)
 		case len(fl) >= 1 && (fl[0] == "UDP" || fl[0] == "SCTP" || fl[0] == "FWM"):
-			finish()
-			c.VS++
-			c.Foreign++
+			k.virtual(0, 0, false)
 		}
 		if err == io.EOF {
-			break
+			return k.result(), nil
 		}
 	}
-	finish()
-	for i, d := range done {
-		if d&vsCluster != 0 {
-			c.Complete++
-		}
-		if d&vsNodePort != 0 && nodePort(i) != 0 {
-			c.Complete++
-		}
-	}
-	return c, nil
 }
 
 // hexAddrPort turns "0A600001:0050" into its address and port; IPv6

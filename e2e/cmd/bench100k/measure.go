@@ -13,7 +13,7 @@ import (
 
 // programmed is when the kernel was found complete.
 type programmed struct {
-	// Seconds: start → the end of the /proc/net/ip_vs read that found
+	// Seconds: start → the end of the IPVS read (checkIPVS) that found
 	// every virtual server complete (the sets were complete before it).
 	Seconds float64 `json:"seconds"`
 	// PreviousReadSeconds: start → the end of the read before, which was
@@ -43,7 +43,7 @@ func (w *workload) setsReached(sets []setInfo) bool {
 
 // waitProgrammed polls the kernel until it holds the whole workload: every
 // 2 s `ipset list -t` (one process, headers only); once the sets are full,
-// /proc/net/ip_vs too, at most every 4× its last read's cost, so the
+// IPVS too (checkIPVS), at most every 4× its last read's cost, so the
 // poller takes at most ~20 % of the guest's one CPU.
 func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time) (programmed, error) {
 	p := programmed{PrevReadSeconds: -1}
@@ -61,10 +61,10 @@ func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time
 		reached := w.setsReached(sets)
 		if reached && p.SetsSeconds == 0 {
 			p.SetsSeconds = time.Since(begin).Seconds()
-			logf("sets complete after %.1fs; reading /proc/net/ip_vs", p.SetsSeconds)
+			logf("sets complete after %.1fs; reading IPVS", p.SetsSeconds)
 		}
 		if reached && time.Since(lastEnd) >= 4*last.Took {
-			chk, err := checkIPVS("/proc/net/ip_vs", w)
+			chk, err := checkIPVS(w)
 			if err != nil {
 				return p, err
 			}

@@ -41,6 +41,31 @@ func proxyArgs(kubeconfig, node string) []string {
 	}
 }
 
+// withProfiling adds --profiling when the binary has it: heap profiles of
+// the proxy at 100k are kept in the results (saveHeapProfile).
+func withProfiling(path string, args []string) []string {
+	out, _ := exec.Command(path, "--help").CombinedOutput()
+	if strings.Contains(string(out), "--profiling") {
+		return append(args, "--profiling")
+	}
+	return args
+}
+
+// saveHeapProfile keeps the proxy's heap profile (go tool pprof reads it).
+func saveHeapProfile(path string) {
+	resp, err := http.Get(strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/heap")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	if data, err := io.ReadAll(resp.Body); err == nil {
+		_ = os.WriteFile(path, data, 0o644)
+	}
+}
+
 func startProxy(path string, args []string, logPath string) (*proxyProcess, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -35,6 +35,7 @@ type report struct {
 	Traffic                 []vipResult `json:"traffic"`
 	VIPsAnswering           int         `json:"vipsAnswering"`
 	FinalIPVS               ipvsCheck   `json:"finalIpvs"`
+	FinalProcIPVS           ipvsCheck   `json:"finalProcIpvs"`
 	Final                   usage       `json:"proxyFinal"`
 	HeapInuseFinalMB        float64     `json:"proxyHeapInuseFinalMB"`
 	API                     string      `json:"apiServerServed"`
@@ -77,7 +78,7 @@ func (r *report) markdown() string {
 	if r.Programmed.PrevReadSeconds >= 0 {
 		prev = fmt.Sprintf("%.1f", r.Programmed.PrevReadSeconds)
 	}
-	row("start → kernel complete (s)", "%.1f (the /proc/net/ip_vs read that showed it took %.1f; the read before, incomplete, ended at: %s)",
+	row("start → kernel complete (s)", "%.1f (the IPVS read that showed it took %.1f; the read before, incomplete, ended at: %s)",
 		r.Programmed.Seconds, r.Programmed.ReadSeconds, prev)
 	row("start → every set's entries (s)", "%.1f", r.Programmed.SetsSeconds)
 	row("proxy CPU until complete (s)", "%.0f", r.AtProgrammed.CPUSeconds)
@@ -91,7 +92,9 @@ func (r *report) markdown() string {
 	row("proxy RSS / heap in use at the end (MB)", "%d / %.0f", r.Final.RSSKB/1024, r.HeapInuseFinalMB)
 	row("proxy CPU, whole run (s)", "%.0f", r.Final.CPUSeconds)
 	row("sampled ClusterIPs answering from all 10 pods", "%d / %d", r.VIPsAnswering, len(r.Traffic))
-	row("kernel at the end", "%d VS, %d real servers, %d complete, %d foreign", r.FinalIPVS.VS, r.FinalIPVS.Reals, r.FinalIPVS.Complete, r.FinalIPVS.Foreign)
+	row("kernel at the end (netlink)", "%d VS, %d real servers, %d complete, %d foreign", r.FinalIPVS.VS, r.FinalIPVS.Reals, r.FinalIPVS.Complete, r.FinalIPVS.Foreign)
+	row("kernel at the end (/proc/net/ip_vs)", "%d VS, %d real servers, %d complete, %d foreign; read in %.0f s",
+		r.FinalProcIPVS.VS, r.FinalProcIPVS.Reals, r.FinalProcIPVS.Complete, r.FinalProcIPVS.Foreign, r.FinalProcIPVS.Took.Seconds())
 	row("addresses on kube-ipvs0", "%d", r.KubeIPVS0Addrs)
 	row("guest kernel slab+percpu growth at complete (MB)", "%.0f", kernelMB(r.Mem.BeforeProxy, r.Mem.AtProgrammed))
 	row("guest MemAvailable at complete / end (MB)", "%d / %d", r.Mem.AtProgrammed["MemAvailableKB"]/1024, r.Mem.Final["MemAvailableKB"]/1024)
@@ -108,6 +111,11 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "\nFAILED:\n- %s\n", strings.Join(r.Failures, "\n- "))
 	}
 	return b.String()
+}
+
+// kernelExact: every wanted virtual server complete, nothing else.
+func (r *report) kernelExact(c ipvsCheck) bool {
+	return c.done() && c.Foreign == 0 && c.WrongReal == 0 && c.VS == r.WantVS && c.Reals == r.WantReals
 }
 
 func (r *report) emptySets() int {
