@@ -184,6 +184,7 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 	e := newEngine(t, k)
 	tracker := NewTracker()
 	runner := NewRunner(RunnerConfig{Build: testConfig, PassStep: time.Nanosecond}, tracker, e.rec)
+	runner.informersSynced.Store(true) // as Run does once the informers have synced
 	services, slices := tracker.ServiceHandler(), tracker.EndpointSliceHandler()
 	for i := 0; i < 20; i++ {
 		s, sl := manyService(i, 3)
@@ -254,4 +255,55 @@ func TestPassSurvivesInterruptedDumps(t *testing.T) {
 		t.Errorf("a pass over interrupted dumps wrote %s; over clean dumps %s", got, want)
 	}
 	assertText(t, "kernel after a pass over interrupted dumps", k.text(), e.reference())
+}
+
+// TestNoFullPassBeforeTheInformersSynced: a restarted proxy learns its
+// node's addresses (a node update, which asks for a full pass) before the
+// informers have delivered the Services. A pass then would find every
+// virtual server in the kernel and no service in the tracker, and prune
+// them all — an outage on every restart. The update is applied, the pass
+// waits for the informers, and the kernel is left as it is.
+func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := 0; i < 5; i++ {
+		e.apply(manyService(i, 3))
+	}
+	before := k.text()
+
+	restarted := newEngine(t, k)
+	tracker := NewTracker()
+	runner := NewRunner(RunnerConfig{Build: testConfig}, tracker, restarted.rec)
+	must(t, restarted.rec.BeginAdoption()) // what Run does when it streams
+	k.resetCounts()
+	zoned := false
+	runner.UpdateNode(func(c *Config) { c.Zone, zoned = "zone-a", true })
+	ctx := context.Background()
+	runner.processBatch(ctx)
+	if restarted.rec.PassRunning() {
+		t.Fatal("a full pass began before the informers synced")
+	}
+	if !zoned || runner.cfg.Build.Zone != "zone-a" {
+		t.Error("the node update was not applied while the pass waited")
+	}
+	if w := k.writes(); len(w) != 0 {
+		t.Fatalf("a node update before the informers synced wrote %v", w)
+	}
+
+	// The informers deliver; then the pass runs, adopts everything, and
+	// the kernel is still as it was.
+	services, slices := tracker.ServiceHandler(), tracker.EndpointSliceHandler()
+	for i := 0; i < 5; i++ {
+		s, sl := manyService(i, 3)
+		services.OnAdd(s, true)
+		slices.OnAdd(sl, true)
+	}
+	runner.informersSynced.Store(true)
+	runner.queue.Add(fullSyncKey)
+	for runner.processBatch(ctx); restarted.rec.PassRunning(); runner.processBatch(ctx) {
+	}
+	assertText(t, "kernel after a restart", k.text(), before)
+	if w := k.writes(); len(w) != 0 {
+		t.Errorf("a restart over a matching kernel wrote %v", w)
+	}
 }

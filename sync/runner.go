@@ -82,7 +82,10 @@ type Runner struct {
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
 	fullDone   atomic.Bool  // the first full pass (adoption) has completed
-	passStart  time.Time    // when the running full pass began
+	// informersSynced: the informers' handlers have had their initial
+	// lists. No full pass (and so no prune) starts before.
+	informersSynced atomic.Bool
+	passStart       time.Time // when the running full pass began
 }
 
 // NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the
@@ -142,6 +145,7 @@ func (r *Runner) Run(ctx context.Context, synced func() bool) {
 		if !waitFor(ctx, synced) {
 			return
 		}
+		r.informersSynced.Store(true)
 		r.queue.Add(fullSyncKey)
 		r.tickFullSync(ctx)
 	}()
@@ -218,6 +222,15 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 			passWanted = passWanted || k == fullSyncKey
 			r.queue.Done(k)
 		}
+	}
+	if passWanted && !r.informersSynced.Load() {
+		// A node update while the informers are still listing: a pass now
+		// would take every service not delivered yet for deleted and prune
+		// it from the kernel. The update applies to the syncs that follow;
+		// the first full pass, once the informers have synced, rebuilds the
+		// services synced before it.
+		r.applyNodeUpdates()
+		passWanted = false
 	}
 	if len(keys) == 0 && !passWanted && !r.rec.PassRunning() {
 		return true

@@ -21,6 +21,7 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	loaded := false
 	runner := NewRunner(RunnerConfig{Build: testConfig, Events: events, RetryBase: time.Millisecond, RetryMax: time.Millisecond,
 		SchedulerLoaded: func(name string) bool { return name == "nq" && loaded }}, tracker, e.rec)
+	runner.informersSynced.Store(true) // as Run does once the informers have synced
 	s := svc("default", "web", "10.96.0.10", "80")
 	s.Annotations = map[string]string{AnnotationScheduler: "nq"}
 	tracker.ServiceHandler().OnAdd(s, true)
