@@ -50,6 +50,7 @@ func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time
 	var last ipvsCheck
 	var lastEnd time.Time
 	lastLog := time.Now()
+	profiled := 0 // quarters of KUBE-CLUSTER-IP profiled so far
 	for {
 		if err := proxy.exited(); err != nil {
 			return p, err
@@ -57,6 +58,10 @@ func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time
 		_, sets, err := listSets()
 		if err != nil {
 			return p, err
+		}
+		if q := 4 * setEntries(sets, "KUBE-CLUSTER-IP") / w.n; q > profiled && q < 4 {
+			profiled = q
+			go saveCPUProfile(filepath.Join(c.results, fmt.Sprintf("cpu-at-%d-percent.pprof", 25*q)))
 		}
 		reached := w.setsReached(sets)
 		if reached && p.SetsSeconds == 0 {
@@ -138,7 +143,13 @@ const scrapeEvery = 20 * time.Second
 // timeFullPasses waits for the proxy's first full pass to have finished,
 // then times c.fullPasses more from its metrics (fullPassBetween).
 func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) error {
-	prev, err := scrape()
+	scrapeTimed := func() (metrics, error) {
+		start := time.Now()
+		m, err := scrape()
+		r.LongestScrapeSeconds = max(r.LongestScrapeSeconds, time.Since(start).Seconds())
+		return m, err
+	}
+	prev, err := scrapeTimed()
 	if err != nil {
 		return err
 	}
@@ -159,7 +170,7 @@ func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) 
 		if err := proxy.exited(); err != nil {
 			return err
 		}
-		cur, err := scrape()
+		cur, err := scrapeTimed()
 		if err != nil {
 			return err
 		}

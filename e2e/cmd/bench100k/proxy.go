@@ -52,8 +52,14 @@ func withProfiling(path string, args []string) []string {
 }
 
 // saveHeapProfile keeps the proxy's heap profile (go tool pprof reads it).
-func saveHeapProfile(path string) {
-	resp, err := http.Get(strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/heap")
+func saveHeapProfile(path string) { saveProfile(path, "heap") }
+
+// saveCPUProfile keeps 20 s of the proxy's CPU profile: where the time of
+// the initial programming goes at each size.
+func saveCPUProfile(path string) { saveProfile(path, "profile?seconds=20") }
+
+func saveProfile(path, which string) {
+	resp, err := http.Get(strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/" + which)
 	if err != nil {
 		return
 	}

@@ -39,6 +39,7 @@ type report struct {
 	Final                   usage       `json:"proxyFinal"`
 	HeapInuseFinalMB        float64     `json:"proxyHeapInuseFinalMB"`
 	API                     string      `json:"apiServerServed"`
+	LongestScrapeSeconds    float64     `json:"longestScrapeSeconds"`
 	Mem                     struct {
 		Boot, BeforeProxy, AtProgrammed, Final map[string]int
 	} `json:"guestMeminfo"`
@@ -84,7 +85,7 @@ func (r *report) markdown() string {
 	row("proxy CPU until complete (s)", "%.0f", r.AtProgrammed.CPUSeconds)
 	row("proxy RSS at complete / peak so far (MB)", "%d / %d", r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024)
 	row("proxy heap in use at complete (MB)", "%.0f", r.HeapInuseAtProgrammedMB)
-	row("start → first full pass finished (s)", "%.1f", r.FirstFullPassSeconds)
+	row("start → first full pass finished, by (s)", "%.1f (seen at a scrape)", r.FirstFullPassSeconds)
 	for i, fp := range r.FullPasses {
 		row(fmt.Sprintf("full pass after complete, %d (s)", i+1), "%.1f (mean of %d ended by %.0fs)", fp.Seconds, fp.Passes, fp.EndedSeconds)
 	}
@@ -93,8 +94,13 @@ func (r *report) markdown() string {
 	row("proxy CPU, whole run (s)", "%.0f", r.Final.CPUSeconds)
 	row("sampled ClusterIPs answering from all 10 pods", "%d / %d", r.VIPsAnswering, len(r.Traffic))
 	row("kernel at the end (netlink)", "%d VS, %d real servers, %d complete, %d foreign", r.FinalIPVS.VS, r.FinalIPVS.Reals, r.FinalIPVS.Complete, r.FinalIPVS.Foreign)
-	row("kernel at the end (/proc/net/ip_vs)", "%d VS, %d real servers, %d complete, %d foreign; read in %.0f s",
-		r.FinalProcIPVS.VS, r.FinalProcIPVS.Reals, r.FinalProcIPVS.Complete, r.FinalProcIPVS.Foreign, r.FinalProcIPVS.Took.Seconds())
+	if r.FinalProcIPVS.Want > 0 {
+		row("kernel at the end (/proc/net/ip_vs)", "%d VS, %d real servers, %d complete, %d foreign; read in %.0f s",
+			r.FinalProcIPVS.VS, r.FinalProcIPVS.Reals, r.FinalProcIPVS.Complete, r.FinalProcIPVS.Foreign, r.FinalProcIPVS.Took.Seconds())
+	} else {
+		row("kernel at the end (/proc/net/ip_vs)", "not read (its cost grows with the square of N; --proc-check-max)")
+	}
+	row("longest /metrics scrape of the proxy (s)", "%.1f", r.LongestScrapeSeconds)
 	row("addresses on kube-ipvs0", "%d", r.KubeIPVS0Addrs)
 	row("guest kernel slab+percpu growth at complete (MB)", "%.0f", kernelMB(r.Mem.BeforeProxy, r.Mem.AtProgrammed))
 	row("guest MemAvailable at complete / end (MB)", "%d / %d", r.Mem.AtProgrammed["MemAvailableKB"]/1024, r.Mem.Final["MemAvailableKB"]/1024)
