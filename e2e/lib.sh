@@ -17,7 +17,7 @@ print_timings() { printf 'stage timings:\n%s' "$timings" >&2; }
 # Commands the sandbox uses, and the Debian package providing each.
 declare -A pkg_of=(
   [linux.uml]=user-mode-linux [depmod]=kmod [ipvsadm]=ipvsadm [ipset]=ipset
-  [iptables-legacy]=iptables [ip]=iproute2 [etcd]=etcd-server [curl]=curl
+  [iptables-legacy]=iptables [ip]=iproute2 [curl]=curl
   [conntrack]=conntrack
 )
 

@@ -4,10 +4,10 @@
 # sandbox Node, then runs "$@" with E2E_KUBECONFIG and E2E_NODE set and
 # returns its status.
 #
-# Inputs (E2E_* variables pass through uml-run): E2E_APISERVER (binary),
-# E2E_CTL (e2ectl binary), E2E_RESULTS (writable results folder, on the host).
+# Inputs (E2E_* variables pass through uml-run): E2E_APISERVER and E2E_ETCD
+# (binaries, e2e/tools/build.sh), E2E_CTL (e2ectl binary), E2E_RESULTS (writable results folder, on the host).
 set -euo pipefail
-: "${E2E_APISERVER:?}" "${E2E_CTL:?}" "${E2E_RESULTS:?}"
+: "${E2E_APISERVER:?}" "${E2E_ETCD:?}" "${E2E_CTL:?}" "${E2E_RESULTS:?}"
 export E2E_NODE=${E2E_NODE:-sandbox-node}
 node_ip=${E2E_NODE_IP:-10.10.0.1}
 work=/tmp/e2e
@@ -34,7 +34,7 @@ for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tab
 done
 export PATH=/run/e2e-bin:$PATH
 
-etcd --name sandbox --data-dir "$work/etcd" \
+"$E2E_ETCD" --name sandbox --data-dir "$work/etcd" \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster sandbox=http://127.0.0.1:2380 \

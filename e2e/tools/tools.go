@@ -1,7 +1,8 @@
 //go:build tools
 
 // Package tools pins the Kubernetes commands the e2e sandbox builds
-// (kube-apiserver, and kube-proxy for benchmarks) so go.sum covers them.
+// (kube-apiserver, and kube-proxy for benchmarks) so go.sum covers them;
+// cmd/etcd pins etcd the same way, by being part of this module.
 package tools
 
 import (
