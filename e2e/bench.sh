@@ -12,6 +12,7 @@
 #   BENCH_INTERVAL=500ms       write a change every interval (open loop); 0s: serial
 #   BENCH_WORKERS=16           parallel API clients creating the services
 #   BENCH_PROXIES="ipvsproxy kube-proxy"   which proxies to measure
+#   BENCH_PROGRAM_TIMEOUT=30m  give up on a proxy whose initial programming takes longer
 #   BENCH_TIMEOUT=SECONDS      kill the sandbox after this long (default: 900 + 1200 per 1k services)
 #   BENCH_MEM=4G               guest memory
 #   E2E_IPVSPROXY=PATH         ipvsproxy binary (default bin/ipvsproxy)
@@ -28,8 +29,8 @@ largest=$(tr ' ,' '\n\n' <<<"$sizes" | sort -n | tail -1)
 timeout=${BENCH_TIMEOUT:-$(( 900 + 1200 * (largest + 999) / 1000 ))}
 
 stage "packages"; install_packages; stage_done
-stage "kube-apiserver, kube-proxy (cached)"
-mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver kube-proxy)
+stage "kube-apiserver, kube-proxy, etcd (cached)"
+mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver kube-proxy etcd)
 stage_done
 stage "binaries"
 ipvsproxy=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
@@ -41,10 +42,11 @@ go_build_e2e build -tags e2e -o "$repo/bin/e2ectl" ./e2e/cmd/e2ectl
 go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench" ./e2e/cmd/bench
 stage_done
 
-args=(--n "$sizes" --changes "${BENCH_CHANGES:-100}" --interval "${BENCH_INTERVAL:-500ms}" --workers "${BENCH_WORKERS:-16}")
+args=(--n "$sizes" --changes "${BENCH_CHANGES:-100}" --interval "${BENCH_INTERVAL:-500ms}" --workers "${BENCH_WORKERS:-16}"
+  --program-timeout "${BENCH_PROGRAM_TIMEOUT:-30m}")
 [[ " $proxies " == *" ipvsproxy "* ]] && args+=(--ipvsproxy "$ipvsproxy")
 [[ " $proxies " == *" kube-proxy "* ]] && args+=(--kube-proxy "${k8s[1]}")
-export E2E_APISERVER=${k8s[0]} E2E_CTL=$repo/bin/e2ectl
+export E2E_APISERVER=${k8s[0]} E2E_ETCD=${k8s[2]} E2E_CTL=$repo/bin/e2ectl
 export E2E_RESULTS; E2E_RESULTS=$(new_results bench)
 
 stage "sandbox: boot + apiserver + benchmark (N = $sizes)"
