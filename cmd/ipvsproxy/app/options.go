@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ipvsproxy/ipvsproxy/iptables"
-	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -39,7 +38,7 @@ type Options struct {
 	PodBridge          string
 	PodIfacePrefix     string
 	GracePeriod        time.Duration
-	StatsMaxServices   int    // --stats-max-services: cap on per-service traffic metrics
+	StatsMaxServices   int    // --stats-max-services: per-service traffic metrics for at most this many virtual servers; 0: none
 	BindAddress        string // the node IP when specific (see nodeip.go)
 	OOMScoreAdj        int32
 	Conntrack          conntrackTuning
@@ -56,7 +55,6 @@ func NewOptions() *Options {
 		MinSyncPeriod:      0,
 		IPTablesBackend:    "auto",
 		GracePeriod:        30 * time.Second,
-		StatsMaxServices:   ipvsstats.DefaultMaxServices,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		BindAddress:        "0.0.0.0",
@@ -96,7 +94,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
 	fs.BoolVar(&o.EnableProfiling, "profiling", o.EnableProfiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the metrics address, as kube-proxy does.")
 	o.addNodeFlags(fs)
-	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "At most this many virtual servers get ipvsproxy_service_* traffic metrics (bounds the series count); the rest are skipped with a log line.")
+	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "Export ipvsproxy_service_* traffic metrics (5 series each, read from the kernel on scrape) for at most this many virtual servers; the rest are skipped with a log line. 0 (the default) exports none: on a large cluster they are 5 series per virtual server on every node.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
 }
@@ -127,8 +125,8 @@ func (o *Options) Validate() error {
 	if err := o.validateNode(); err != nil {
 		return err
 	}
-	if o.StatsMaxServices < 1 {
-		return fmt.Errorf("--stats-max-services %d: must be at least 1", o.StatsMaxServices)
+	if o.StatsMaxServices < 0 {
+		return fmt.Errorf("--stats-max-services %d: must be 0 (no per-service metrics) or more", o.StatsMaxServices)
 	}
 	if _, err := o.clusterCIDRs(); err != nil {
 		return err

@@ -25,6 +25,7 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--iptables-backend", "ebpf"}, `--iptables-backend "ebpf": want auto, legacy or nft`},
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
+		{[]string{"--stats-max-services", "-1"}, "--stats-max-services -1: must be 0 (no per-service metrics) or more"},
 		{[]string{"--ipvs-sync-period", "soon"}, `invalid argument "soon" for "--ipvs-sync-period"`},
 		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	}
@@ -56,6 +57,10 @@ func TestDefaultsAreKubeProxys(t *testing.T) {
 	if o.Scheduler != "rr" || o.SyncPeriod.Seconds() != 30 || o.MasqueradeBit != 14 ||
 		o.HealthzBindAddress != "0.0.0.0:10256" || o.MetricsBindAddress != "127.0.0.1:10249" {
 		t.Errorf("defaults drifted from kube-proxy's: %+v", o)
+	}
+	// kube-proxy has no per-service traffic metrics; ours are opt-in.
+	if o.StatsMaxServices != 0 {
+		t.Errorf("per-service traffic metrics on by default (--stats-max-services %d)", o.StatsMaxServices)
 	}
 }
 

@@ -154,8 +154,13 @@ func Run(ctx context.Context, o *Options) error {
 	npFilter.nodeIP = nodeIP.Addr
 	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
 	node.refresh()
-	reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
-		node.builderConfig(sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6})).Lookup, o.StatsMaxServices))
+	// Per-service traffic metrics are opt-in: 5 series per virtual server
+	// on every node, and a kernel dump plus that many series built per
+	// scrape, is more than most clusters want to pay by default.
+	if o.StatsMaxServices > 0 {
+		reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
+			node.builderConfig(sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6})).Lookup, o.StatsMaxServices))
+	}
 	go node.run(ctx, 5*time.Second)
 
 	health := healthz.New(runner, 2*o.SyncPeriod, reg)
