@@ -1,6 +1,8 @@
 package sync
 
 import (
+	gosync "sync"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -12,7 +14,11 @@ import (
 // cluster in memory, so what is dropped here is dropped per object on ten
 // thousand nodes: managed fields (often larger than the spec), labels and
 // annotations nobody reads, owner references, and the endpoints' target
-// references and hostnames.
+// references and hostnames. What stays of a slice is compacted: the
+// endpoint array trimmed to its length (the decoder grows it by doubling,
+// so a slice of 10 endpoints arrives with room for 16, 1.5 KB instead of
+// 1 KB), and the conditions, node and zone of every endpoint point at one
+// shared value per distinct value instead of each holding its own copy.
 //
 // What stays is what Build, the Tracker and Warning Events use: names,
 // namespace, UID and resourceVersion (the Event's object reference), the
@@ -67,10 +73,65 @@ func stripSlice(s *discovery.EndpointSlice) {
 	s.ManagedFields = nil
 	s.OwnerReferences = nil
 	s.GenerateName = ""
+	if cap(s.Endpoints) > len(s.Endpoints) {
+		s.Endpoints = append([]discovery.Endpoint(nil), s.Endpoints...)
+	}
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
 		e.TargetRef = nil
 		e.Hostname = nil
 		e.DeprecatedTopology = nil
+		e.Conditions.Ready = sharedBool(e.Conditions.Ready)
+		e.Conditions.Serving = sharedBool(e.Conditions.Serving)
+		e.Conditions.Terminating = sharedBool(e.Conditions.Terminating)
+		e.NodeName = nodeNames.intern(e.NodeName)
+		e.Zone = zones.intern(e.Zone)
 	}
+}
+
+var boolTrue, boolFalse = true, false
+
+// sharedBool returns a pointer to a package-level true or false equal to
+// *p. Nobody writes through the stored objects' pointers (the informer's
+// objects are read-only by contract), so sharing them is safe.
+func sharedBool(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return &boolTrue
+	default:
+		return &boolFalse
+	}
+}
+
+// internTable hands out one shared *string per distinct value. A cluster
+// has far fewer nodes and zones than endpoints, so most endpoints point at
+// an existing value; the table is emptied when it reaches its bound, so a
+// cluster with endless distinct names costs at most that many entries.
+type internTable struct {
+	mu    gosync.Mutex
+	max   int
+	table map[string]*string
+}
+
+var (
+	nodeNames = &internTable{max: 1 << 16}
+	zones     = &internTable{max: 1 << 10}
+)
+
+func (t *internTable) intern(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q, ok := t.table[*p]; ok {
+		return q
+	}
+	if t.table == nil || len(t.table) >= t.max {
+		t.table = make(map[string]*string)
+	}
+	t.table[*p] = p
+	return p
 }

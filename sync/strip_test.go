@@ -1,9 +1,11 @@
 package sync
 
 import (
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -48,5 +50,53 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	if sliceKey(sl) != "default/web" || e.TargetRef != nil || e.Hostname != nil ||
 		e.Addresses[0] != "10.244.1.5" || *e.NodeName != "n1" || *e.Zone != "zone-a" || !*e.Conditions.Ready {
 		t.Errorf("slice endpoint after strip: %+v (service key %q)", e, sliceKey(sl))
+	}
+}
+
+// TestStripForProxyCompactsSlices: the endpoint array is trimmed to its
+// length, and equal conditions, nodes and zones share one value across
+// endpoints and slices, without changing what they say.
+func TestStripForProxyCompactsSlices(t *testing.T) {
+	mk := func(name string) *discovery.EndpointSlice {
+		sl := slice("default", "web", name, "", 8080, v1.ProtocolTCP,
+			ep{ip: "10.244.1.5", node: "n1"}, ep{ip: "10.244.1.6", node: "n2"}, ep{ip: "10.244.1.7", node: "n1", notReady: true})
+		sl.Endpoints = append(make([]discovery.Endpoint, 0, 16), sl.Endpoints...) // as the decoder leaves it
+		for i := range sl.Endpoints {
+			sl.Endpoints[i].Zone = ptr.To("zone-a")
+		}
+		return sl
+	}
+	a, b := mk("web-a"), mk("web-b")
+	StripForProxy(a)
+	StripForProxy(b)
+	if cap(a.Endpoints) != len(a.Endpoints) {
+		t.Errorf("endpoint array keeps room for %d, holds %d", cap(a.Endpoints), len(a.Endpoints))
+	}
+	e0, e1, e2, f0 := a.Endpoints[0], a.Endpoints[1], a.Endpoints[2], b.Endpoints[0]
+	if *e0.NodeName != "n1" || *e1.NodeName != "n2" || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
+		!*e0.Conditions.Ready || *e2.Conditions.Ready || e0.Addresses[0] != "10.244.1.5" {
+		t.Fatalf("values changed: %+v %+v %+v", e0, e1, e2)
+	}
+	if e0.NodeName != e2.NodeName || e0.NodeName != f0.NodeName || e0.Zone != e1.Zone || e0.Zone != f0.Zone ||
+		e0.Conditions.Ready != f0.Conditions.Ready {
+		t.Error("equal nodes, zones or conditions not shared")
+	}
+}
+
+// TestInternTableBounded: a table at its bound starts over instead of
+// growing, and still returns equal values.
+func TestInternTableBounded(t *testing.T) {
+	tab := &internTable{max: 4}
+	for i := range 10 {
+		name := fmt.Sprintf("node-%d", i)
+		if got := tab.intern(&name); *got != name {
+			t.Fatalf("intern(%q) = %q", name, *got)
+		}
+		if len(tab.table) > 4 {
+			t.Fatalf("table holds %d entries, bound 4", len(tab.table))
+		}
+	}
+	if tab.intern(nil) != nil {
+		t.Error("intern(nil) is not nil")
 	}
 }
