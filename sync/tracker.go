@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"slices"
 	gosync "sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,8 +16,13 @@ import (
 type Tracker struct {
 	mu       gosync.Mutex
 	services map[string]*v1.Service
-	slices   map[string]map[string]*discovery.EndpointSlice // service key → slice name → slice
-	sliceOf  map[string]string                              // "namespace/slice" → service key
+	// slices maps a service key to its EndpointSlices. Most services have
+	// one, so a small slice rather than a map per service (a map costs
+	// ~250 bytes even with one entry; at 100,000 services that is 25 MB).
+	// Copy on write: a stored slice is never modified, so Get can hand it
+	// out without copying.
+	slices  map[string][]*discovery.EndpointSlice
+	sliceOf map[string]string // "namespace/slice" → service key
 
 	// OnChange is called (outside the lock) with the key of every service
 	// whose Service or EndpointSlices changed; endpoints says which.
@@ -27,24 +33,18 @@ type Tracker struct {
 func NewTracker() *Tracker {
 	return &Tracker{
 		services: map[string]*v1.Service{},
-		slices:   map[string]map[string]*discovery.EndpointSlice{},
+		slices:   map[string][]*discovery.EndpointSlice{},
 		sliceOf:  map[string]string{},
 	}
 }
 
 // Get returns the Service (nil when deleted or not yet seen) and the
-// EndpointSlices of key. The returned objects are shared and must not be
-// modified.
+// EndpointSlices of key. The returned objects and slice are shared and
+// must not be modified.
 func (t *Tracker) Get(key string) (*v1.Service, []*discovery.EndpointSlice) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	svc := t.services[key]
-	m := t.slices[key]
-	out := make([]*discovery.EndpointSlice, 0, len(m))
-	for _, s := range m {
-		out = append(out, s)
-	}
-	return svc, out
+	return t.services[key], t.slices[key]
 }
 
 // Keys returns every service key the tracker knows, with a Service or with
@@ -139,13 +139,10 @@ func (t *Tracker) setSlice(obj any) {
 		t.dropSliceLocked(prev, s.Name)
 	}
 	if key != "" {
-		m := t.slices[key]
-		if m == nil {
-			m = map[string]*discovery.EndpointSlice{}
-			t.slices[key] = m
+		t.putSliceLocked(key, s)
+		if !had || prev != key {
+			t.sliceOf[id] = key
 		}
-		m[s.Name] = s
-		t.sliceOf[id] = key
 	} else {
 		delete(t.sliceOf, id)
 	}
@@ -177,11 +174,31 @@ func (t *Tracker) deleteSlice(obj any) {
 	}
 }
 
+// putSliceLocked stores s among key's slices, replacing the one of the
+// same name, into a new array (copy on write, see Tracker.slices).
+func (t *Tracker) putSliceLocked(key string, s *discovery.EndpointSlice) {
+	old := t.slices[key]
+	i := slices.IndexFunc(old, func(o *discovery.EndpointSlice) bool { return o.Name == s.Name })
+	next := make([]*discovery.EndpointSlice, len(old), len(old)+1)
+	copy(next, old)
+	if i >= 0 {
+		next[i] = s
+	} else {
+		next = append(next, s)
+	}
+	t.slices[key] = next
+}
+
+// dropSliceLocked removes the slice named name from key's slices, into a
+// new array (copy on write).
 func (t *Tracker) dropSliceLocked(key, name string) {
-	if m := t.slices[key]; m != nil {
-		delete(m, name)
-		if len(m) == 0 {
-			delete(t.slices, key)
-		}
+	old := t.slices[key]
+	i := slices.IndexFunc(old, func(o *discovery.EndpointSlice) bool { return o.Name == name })
+	switch {
+	case i < 0:
+	case len(old) == 1:
+		delete(t.slices, key)
+	default:
+		t.slices[key] = slices.Concat(old[:i], old[i+1:])
 	}
 }
