@@ -125,7 +125,22 @@ func (r *Reconciler) passKey(key string, w *ServiceState) error {
 		p.adopted++
 	}
 	err := r.Sync(key, w)
-	return errors.Join(err, r.pruneReals(key, p.snap))
+	err = errors.Join(err, r.pruneReals(key, p.snap))
+	releaseReals(w, p.snap)
+	return err
+}
+
+// releaseReals drops the real servers read for w's virtual servers once
+// their service's step is done: the pass never needs them again (a sync of
+// the service later in the pass finds them unloaded and leaves them so),
+// and keeping them would hold a second copy of every real server of the
+// node until the pass ends — 7 MB at 10,000 services, 70 MB at 100,000.
+func releaseReals(w *ServiceState, snap *kernelSnapshot) {
+	for _, v := range w.VirtualServers {
+		if kv := snap.vs[v.VS.ServiceKey]; kv != nil {
+			kv.reals, kv.loaded = nil, false
+		}
+	}
 }
 
 // recordIsReadBack reports whether key's applied record is exactly what

@@ -36,3 +36,34 @@ func TestPassWithoutDriftAllocatesLittle(t *testing.T) {
 		t.Errorf("a pass with no drift made %.1f allocations per service, want at most 8", perService)
 	}
 }
+
+// TestPassHoldsOneServicesRealServers: the real servers a pass reads for a
+// service are let go once its step is done, so at the end of the steps the
+// pass holds none of them (not a second copy of every real server of the
+// node), and changes synced after their service's step still apply.
+func TestPassHoldsOneServicesRealServers(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := 0; i < 20; i++ {
+		e.apply(manyService(i, 10))
+	}
+	e.beginPass()
+	for done := false; !done; {
+		done = e.step()
+		loaded := 0
+		for _, kv := range e.rec.pass.snap.vs {
+			if kv.loaded {
+				loaded++
+			}
+		}
+		if loaded > 0 {
+			t.Fatalf("after a step the pass still holds the real servers of %d virtual servers", loaded)
+		}
+	}
+	s, sl := manyService(3, 11) // a change after service 3's step
+	e.apply(s, sl)
+	e.finishPass()
+	if got, want := k.text(), e.reference(); got != want {
+		t.Errorf("kernel after the pass:\n%s\nwant:\n%s", got, want)
+	}
+}
