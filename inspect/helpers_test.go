@@ -53,7 +53,7 @@ func vsKey(a string, p ipvs.Protocol, port uint16) ipvs.ServiceKey {
 	return ipvs.ServiceKey{Address: addr(a), Protocol: p, Port: port}
 }
 
-func real(a string, port uint16, w int) ipvs.RealServer {
+func real(a string, port uint16, w int32) ipvs.RealServer {
 	return ipvs.RealServer{RealKey: ipvs.RealKey{Address: addr(a), Port: port}, Weight: w}
 }
 

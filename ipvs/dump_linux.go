@@ -246,11 +246,11 @@ func parseDestMsg(msg []byte, svcAF uint16) (rs RealServer, err error) {
 		case it.Type == destPort && len(v) >= 2:
 			rs.Port = binary.BigEndian.Uint16(v)
 		case it.Type == destWeight && len(v) >= 4:
-			rs.Weight = int(int32(native.Uint32(v)))
+			rs.Weight = int32(native.Uint32(v))
 		case it.Type == destActiveConns && len(v) >= 4:
-			rs.ActiveConns = int(native.Uint32(v))
+			rs.ActiveConns = native.Uint32(v)
 		case it.Type == destInactConns && len(v) >= 4:
-			rs.InactiveConns = int(native.Uint32(v))
+			rs.InactiveConns = native.Uint32(v)
 		case it.Type == destAF && len(v) >= 2:
 			af = native.Uint16(v)
 		}

@@ -54,7 +54,7 @@ func bigTable() (map[ServiceKey]VirtualServer, map[RealKey]RealServer, string) {
 	}
 	first := ServiceKey{Address: netip.AddrFrom4([4]byte{10, 100, 0, 0}), Protocol: TCP, Port: 1}
 	for j := range bigReals {
-		rs := RealServer{RealKey: RealKey{Address: netip.AddrFrom4([4]byte{10, 244, byte(j >> 8), byte(j)}), Port: 8080}, Weight: j % 5}
+		rs := RealServer{RealKey: RealKey{Address: netip.AddrFrom4([4]byte{10, 244, byte(j >> 8), byte(j)}), Port: 8080}, Weight: int32(j % 5)}
 		reals[rs.RealKey] = rs
 		fmt.Fprintf(&rules, "-a -t %s -r %s -m -w %d\n", netip.AddrPortFrom(first.Address, first.Port), rs.RealKey, rs.Weight)
 	}

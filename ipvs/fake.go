@@ -462,7 +462,7 @@ func (f *Fake) SetTimeouts(t Timeouts) error {
 // in the kernel, for graceful-termination tests. It is not counted and not
 // subject to fault injection; it returns an IsNotExist error when vs or
 // rs does not exist.
-func (f *Fake) SetConns(vs ServiceKey, rs RealKey, active, inactive int) error {
+func (f *Fake) SetConns(vs ServiceKey, rs RealKey, active, inactive uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.services[vs]

@@ -230,7 +230,7 @@ func toMobyDestination(rs RealServer) *mobyipvs.Destination {
 	return &mobyipvs.Destination{
 		Address:         net.IP(rs.Address.AsSlice()),
 		Port:            rs.Port,
-		Weight:          rs.Weight,
+		Weight:          int(rs.Weight),
 		ConnectionFlags: mobyipvs.ConnectionFlagMasq,
 		AddressFamily:   family(rs.Address),
 	}

@@ -134,12 +134,12 @@ func delVS(k ServiceKey, want string) step {
 	return step{"delete " + k.String(), func(i Interface) error { return i.DeleteVirtualServer(k) }, want}
 }
 
-func addRS(k ServiceKey, rs string, w int, want string) step {
+func addRS(k ServiceKey, rs string, w int32, want string) step {
 	r := RealServer{RealKey: rk(rs), Weight: w}
 	return step{"add " + rs + " to " + k.String(), func(i Interface) error { return i.AddRealServer(k, r) }, want}
 }
 
-func updRS(k ServiceKey, rs string, w int, want string) step {
+func updRS(k ServiceKey, rs string, w int32, want string) step {
 	r := RealServer{RealKey: rk(rs), Weight: w}
 	return step{"update " + rs + " of " + k.String(), func(i Interface) error { return i.UpdateRealServer(k, r) }, want}
 }

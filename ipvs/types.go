@@ -97,13 +97,17 @@ func (k RealKey) String() string { return netip.AddrPortFrom(k.Address, k.Port).
 
 // RealServer is one backend of a virtual server. The forwarding method is
 // always masquerading (NAT), as kube-proxy uses.
+//
+// The fields are the kernel's 32-bit sizes rather than int: the applied
+// record holds one RealServer per backend of every service (a million at
+// 100,000 services), and 40 bytes instead of 56 is 16 MB there.
 type RealServer struct {
 	RealKey
-	Weight int
+	Weight int32
 	// Connection counts are filled on list and ignored on write; graceful
 	// termination reads them to know when a drained backend can go.
-	ActiveConns   int
-	InactiveConns int
+	ActiveConns   uint32
+	InactiveConns uint32
 }
 
 // Timeouts are the global IPVS connection timeouts (ipvsadm --set).
