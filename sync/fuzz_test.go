@@ -27,6 +27,10 @@ func FuzzBuild(f *testing.F) {
 			`{"addressType":"IPv6","ports":[{"port":0},{"port":65535,"name":null}],"endpoints":[{"addresses":[]},{"addresses":["::1"]},{"addresses":["fd00::5","fd00::6"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`},
 		{`{"metadata":{"annotations":{"ipvsproxy.io/scheduler":"sh","ipvsproxy.io/scheduler-flags":"sh-port,,mh-port,` + string(make([]byte, 100)) + `"}},"spec":{"clusterIP":"None","sessionAffinity":"ClientIP","sessionAffinityConfig":{"clientIP":{"timeoutSeconds":-5}}}}`,
 			`{"addressType":"FQDN","endpoints":[{"addresses":["example.com"]}]}`},
+		// Local traffic policies: which endpoints are on this node (node-a)
+		// decides the backends, so the stripped node names must too.
+		{`{"spec":{"type":"NodePort","clusterIPs":["10.96.0.2"],"externalTrafficPolicy":"Local","internalTrafficPolicy":"Local","ports":[{"port":80,"nodePort":30080}]}}`,
+			`{"addressType":"IPv4","ports":[{"port":8080}],"endpoints":[{"addresses":["10.244.0.5"],"nodeName":"node-a"},{"addresses":["10.244.1.5"],"nodeName":"node-b"},{"addresses":["10.244.2.5"]}]}`},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s[0]), []byte(s[1]))
@@ -44,8 +48,9 @@ func FuzzBuild(f *testing.F) {
 
 		// What the informers store (StripForProxy) builds the same.
 		ssvc, ssl := svc.DeepCopy(), sl.DeepCopy()
-		StripForProxy(ssvc)
-		StripForProxy(ssl)
+		strip := StripForProxy(cfg.NodeName)
+		strip(ssvc)
+		strip(ssl)
 		if sb := Build(ssvc, []*discovery.EndpointSlice{ssl, nil, ssl}, &cfg); !reflect.DeepEqual(sb, b) {
 			t.Fatalf("a stripped Service or slice builds differently:\n%+v\nwant\n%+v", sb, b)
 		}

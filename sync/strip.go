@@ -8,38 +8,46 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// StripForProxy is an informer transform (cache.TransformFunc): it drops
-// from Services and EndpointSlices everything the proxy never reads, before
-// the informer stores them. Every node keeps every Service and slice of the
-// cluster in memory, so what is dropped here is dropped per object on ten
-// thousand nodes: managed fields (often larger than the spec), labels and
-// annotations nobody reads, owner references, and the endpoints' target
-// references and hostnames. What stays of a slice is compacted: the
-// endpoint array trimmed to its length (the decoder grows it by doubling,
-// so a slice of 10 endpoints arrives with room for 16, 1.5 KB instead of
-// 1 KB), and the conditions, node and zone of every endpoint point at one
-// shared value per distinct value instead of each holding its own copy.
+// StripForProxy returns the informer transform (cache.TransformFunc) of
+// a proxy on node: it drops from Services and EndpointSlices everything
+// the proxy never reads, before the informer stores them. Every node keeps
+// every Service and slice of the cluster in memory, so what is dropped
+// here is dropped per object on ten thousand nodes: managed fields (often
+// larger than the spec), labels and annotations nobody reads, owner
+// references, and the endpoints' target references and hostnames.
 //
 // What stays is what Build, the Tracker and Warning Events use: names,
 // namespace, UID and resourceVersion (the Event's object reference), the
 // builder's annotations, the slice's service-name label, the specs, the
-// load balancer status and the endpoints' addresses, conditions, node,
-// zone and hints. The fuzz test builds every input both ways and requires
-// the same result.
+// load balancer status and the endpoints' addresses, conditions, zone,
+// hints, and whether they are on this node. That last one is all Build
+// asks of an endpoint's node name, so an endpoint elsewhere keeps none
+// (40 bytes of every remote endpoint of the cluster) and one here points
+// at the node's own name.
+//
+// What stays of a slice is compacted too: the endpoint array trimmed to
+// its length (the decoder grows it by doubling, so a slice of 10
+// endpoints arrives with room for 16, 1.5 KB instead of 1 KB), and every
+// endpoint's conditions and zone point at one shared value per distinct
+// value instead of each holding its own copy.
 //
 // The object is changed in place: client-go hands the transform an object
-// it has just decoded and nobody else holds.
-func StripForProxy(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *v1.Service:
-		stripService(o)
-	case *discovery.EndpointSlice:
-		stripSlice(o)
-	case cache.DeletedFinalStateUnknown:
-		// A tombstone carries the last object the store held: already
-		// stripped.
+// it has just decoded and nobody else holds. The fuzz test builds every
+// input both ways and requires the same result.
+func StripForProxy(node string) cache.TransformFunc {
+	here := &node
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *v1.Service:
+			stripService(o)
+		case *discovery.EndpointSlice:
+			stripSlice(o, here)
+		case cache.DeletedFinalStateUnknown:
+			// A tombstone carries the last object the store held: already
+			// stripped.
+		}
+		return obj, nil
 	}
-	return obj, nil
 }
 
 // serviceAnnotations are the annotations the builder reads.
@@ -63,7 +71,7 @@ func stripService(s *v1.Service) {
 	s.Status.Conditions = nil
 }
 
-func stripSlice(s *discovery.EndpointSlice) {
+func stripSlice(s *discovery.EndpointSlice, here *string) {
 	for k := range s.Labels {
 		if k != discovery.LabelServiceName {
 			delete(s.Labels, k) // in place: a new map would be one more allocation per slice
@@ -84,7 +92,11 @@ func stripSlice(s *discovery.EndpointSlice) {
 		e.Conditions.Ready = sharedBool(e.Conditions.Ready)
 		e.Conditions.Serving = sharedBool(e.Conditions.Serving)
 		e.Conditions.Terminating = sharedBool(e.Conditions.Terminating)
-		e.NodeName = nodeNames.intern(e.NodeName)
+		if e.NodeName != nil && *here != "" && *e.NodeName == *here {
+			e.NodeName = here
+		} else {
+			e.NodeName = nil
+		}
 		e.Zone = zones.intern(e.Zone)
 	}
 }
@@ -106,8 +118,8 @@ func sharedBool(p *bool) *bool {
 }
 
 // internTable hands out one shared *string per distinct value. A cluster
-// has far fewer nodes and zones than endpoints, so most endpoints point at
-// an existing value; the table is emptied when it reaches its bound, so a
+// has far fewer zones than endpoints, so most endpoints point at an
+// existing value; the table is emptied when it reaches its bound, so a
 // cluster with endless distinct names costs at most that many entries.
 type internTable struct {
 	mu    gosync.Mutex
@@ -115,10 +127,7 @@ type internTable struct {
 	table map[string]*string
 }
 
-var (
-	nodeNames = &internTable{max: 1 << 16}
-	zones     = &internTable{max: 1 << 10}
-)
+var zones = &internTable{max: 1 << 10}
 
 func (t *internTable) intern(p *string) *string {
 	if p == nil {

@@ -21,7 +21,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	s.Labels = map[string]string{"app.kubernetes.io/name": "web", "helm.sh/chart": "web-1.2.3"}
 	s.Annotations = map[string]string{AnnotationScheduler: "sh", "kubectl.kubernetes.io/last-applied-configuration": `{"big":"json"}`}
 	s.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
-	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"})
+	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"}, ep{ip: "10.244.2.5", node: "n2"})
 	sl.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
 	sl.ManagedFields = managed
 	sl.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-12-01T10:00:00Z"}
@@ -30,10 +30,11 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	sl.Endpoints[0].Hostname = ptr.To("web-0")
 	sl.Endpoints[0].Zone = ptr.To("zone-a")
 
-	if _, err := StripForProxy(s); err != nil {
+	strip := StripForProxy("n1")
+	if _, err := strip(s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StripForProxy(sl); err != nil {
+	if _, err := strip(sl); err != nil {
 		t.Fatal(err)
 	}
 	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 1 || s.Status.Conditions != nil {
@@ -51,11 +52,14 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 		e.Addresses[0] != "10.244.1.5" || *e.NodeName != "n1" || *e.Zone != "zone-a" || !*e.Conditions.Ready {
 		t.Errorf("slice endpoint after strip: %+v (service key %q)", e, sliceKey(sl))
 	}
+	if remote := sl.Endpoints[1]; remote.NodeName != nil || remote.Addresses[0] != "10.244.2.5" {
+		t.Errorf("an endpoint on another node kept its node name: %+v", remote)
+	}
 }
 
 // TestStripForProxyCompactsSlices: the endpoint array is trimmed to its
-// length, and equal conditions, nodes and zones share one value across
-// endpoints and slices, without changing what they say.
+// length, equal conditions and zones share one value across endpoints and
+// slices, endpoints on this node share its name and the others keep none.
 func TestStripForProxyCompactsSlices(t *testing.T) {
 	mk := func(name string) *discovery.EndpointSlice {
 		sl := slice("default", "web", name, "", 8080, v1.ProtocolTCP,
@@ -67,13 +71,14 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 		return sl
 	}
 	a, b := mk("web-a"), mk("web-b")
-	StripForProxy(a)
-	StripForProxy(b)
+	strip := StripForProxy("n1")
+	strip(a)
+	strip(b)
 	if cap(a.Endpoints) != len(a.Endpoints) {
 		t.Errorf("endpoint array keeps room for %d, holds %d", cap(a.Endpoints), len(a.Endpoints))
 	}
 	e0, e1, e2, f0 := a.Endpoints[0], a.Endpoints[1], a.Endpoints[2], b.Endpoints[0]
-	if *e0.NodeName != "n1" || *e1.NodeName != "n2" || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
+	if *e0.NodeName != "n1" || e1.NodeName != nil || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
 		!*e0.Conditions.Ready || *e2.Conditions.Ready || e0.Addresses[0] != "10.244.1.5" {
 		t.Fatalf("values changed: %+v %+v %+v", e0, e1, e2)
 	}

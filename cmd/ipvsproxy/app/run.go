@@ -177,7 +177,7 @@ func Run(ctx context.Context, o *Options) error {
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer} {
 		// Keep only what the proxy reads: the caches hold every Service
 		// and EndpointSlice of the cluster.
-		if err := inf.SetTransform(sync.StripForProxy); err != nil {
+		if err := inf.SetTransform(sync.StripForProxy(nodeName)); err != nil {
 			return err
 		}
 	}
