@@ -14,7 +14,8 @@ import (
 // every Service and slice of the cluster in memory, so what is dropped
 // here is dropped per object on ten thousand nodes: managed fields (often
 // larger than the spec), labels and annotations nobody reads, owner
-// references, and the endpoints' target references and hostnames.
+// references, the Services' selectors and the endpoints' target
+// references and hostnames.
 //
 // What stays is what Build, the Tracker and Warning Events use: names,
 // namespace, UID and resourceVersion (the Event's object reference), the
@@ -68,6 +69,7 @@ func stripService(s *v1.Service) {
 	s.ManagedFields = nil
 	s.OwnerReferences = nil
 	s.Finalizers = nil
+	s.Spec.Selector = nil // the EndpointSlice controller's business, not the proxy's
 	s.Status.Conditions = nil
 }
 

@@ -21,6 +21,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	s.Labels = map[string]string{"app.kubernetes.io/name": "web", "helm.sh/chart": "web-1.2.3"}
 	s.Annotations = map[string]string{AnnotationScheduler: "sh", "kubectl.kubernetes.io/last-applied-configuration": `{"big":"json"}`}
 	s.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
+	s.Spec.Selector = map[string]string{"app": "web"}
 	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"}, ep{ip: "10.244.2.5", node: "n2"})
 	sl.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
 	sl.ManagedFields = managed
@@ -37,7 +38,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	if _, err := strip(sl); err != nil {
 		t.Fatal(err)
 	}
-	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 1 || s.Status.Conditions != nil {
+	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 1 || s.Status.Conditions != nil || s.Spec.Selector != nil {
 		t.Errorf("service kept what the proxy never reads: %+v", s.ObjectMeta)
 	}
 	if s.Name != "web" || s.Namespace != "default" || s.UID != "u-1" || s.ResourceVersion != "42" ||
