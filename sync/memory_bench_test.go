@@ -1,8 +1,14 @@
 package sync
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // BenchmarkRetainedMemory is what the engine keeps per service once n
@@ -60,4 +66,65 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkInformerObjects is what the informer caches keep per service:
+// one Service and one EndpointSlice of 10 endpoints on other nodes, as a
+// cluster's controllers write them (selector, labels, managed fields,
+// target references), decoded from protobuf as client-go receives them,
+// kept as they arrive (raw-B/svc) or after StripForProxy (stripped-B/svc).
+func BenchmarkInformerObjects(b *testing.B) {
+	const n = 10_000
+	svcWire, sliceWire := wireObjects(b)
+	strip := StripForProxy("this-node")
+	for _, stripped := range []bool{false, true} {
+		name := map[bool]string{false: "raw", true: "stripped"}[stripped]
+		b.Run(name, func(b *testing.B) {
+			var total uint64
+			for b.Loop() {
+				keep := make([]any, 0, 2*n)
+				base := liveHeap()
+				for range n {
+					s, sl := &v1.Service{}, &discovery.EndpointSlice{}
+					if s.Unmarshal(svcWire) != nil || sl.Unmarshal(sliceWire) != nil {
+						b.Fatal("decoding the wire objects")
+					}
+					if stripped {
+						strip(s)
+						strip(sl)
+					}
+					keep = append(keep, s, sl)
+				}
+				total += liveHeap() - base
+				runtime.KeepAlive(keep)
+			}
+			b.ReportMetric(float64(total)/float64(b.N)/n, name+"-B/svc")
+		})
+	}
+}
+
+// wireObjects is one Service and its EndpointSlice in protobuf, as the
+// API server sends them.
+func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
+	s, sl := benchObjects(12345, benchEndpoints)
+	s.UID, s.ResourceVersion = "6d1c3f0e-6f53-4b8e-9a57-2f1c1f6d2c11", "123456"
+	s.Labels = map[string]string{"app.kubernetes.io/name": s.Name, "app.kubernetes.io/part-of": "shop"}
+	s.Spec.Selector = map[string]string{"app.kubernetes.io/name": s.Name}
+	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{}}},"f:selector":{}}}`)}}
+	e := sl[0]
+	e.UID, e.ResourceVersion, e.GenerateName = "0b1f5a3e-2c3d-4e5f-8a9b-0c1d2e3f4a5b", "123457", s.Name+"-"
+	e.Labels[discovery.LabelManagedBy] = "endpointslice-controller.k8s.io"
+	e.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: s.Name, UID: s.UID}}
+	for i := range e.Endpoints {
+		ep := &e.Endpoints[i]
+		ep.NodeName = ptr.To(fmt.Sprintf("worker-%03d", i*37%500))
+		ep.TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: fmt.Sprintf("%s-7d9f8c-%05d", s.Name, i), UID: "9f8e7d6c-5b4a-4392-8a1b-0c9d8e7f6a5b"}
+	}
+	svcWire, err1 := s.Marshal()
+	sliceWire, err2 := e.Marshal()
+	if err1 != nil || err2 != nil {
+		tb.Fatal(err1, err2)
+	}
+	return svcWire, sliceWire
 }
