@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestTuneGCUnlessGOGCIsSet: the proxy runs with GOGC=50 unless the
+// TestTuneGCUnlessGOGCIsSet: the proxy runs with GOGC=25 unless the
 // operator set GOGC, which wins.
 func TestTuneGCUnlessGOGCIsSet(t *testing.T) {
 	orig := debug.SetGCPercent(100)
