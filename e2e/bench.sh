@@ -38,8 +38,8 @@ if [ ! -x "$ipvsproxy" ]; then
   (cd "$repo" && CGO_ENABLED=0 go build -o "$ipvsproxy" ./cmd/ipvsproxy)
 fi
 mkdir -p "$repo/bin"
-go_build_e2e build -tags e2e -o "$repo/bin/e2ectl" ./e2e/cmd/e2ectl
-go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench" ./e2e/cmd/bench
+guest_build "$repo/bin/e2ectl" build -tags e2e ./e2e/cmd/e2ectl
+guest_build "$repo/bin/e2e-bench" build -tags e2e ./e2e/cmd/bench
 stage_done
 
 args=(--n "$sizes" --changes "${BENCH_CHANGES:-100}" --interval "${BENCH_INTERVAL:-500ms}" --workers "${BENCH_WORKERS:-16}"

@@ -64,7 +64,7 @@ fi
 # object by watch-list and by paged list; a broken server would otherwise
 # surface as a proxy that never finishes, hours into the sandbox.
 go_build_e2e test -tags e2e -count=1 ./e2e/cmd/bench100k
-go_build_e2e build -tags e2e -o "$repo/bin/e2e-bench100k" ./e2e/cmd/bench100k
+guest_build "$repo/bin/e2e-bench100k" build -tags e2e ./e2e/cmd/bench100k
 stage_done
 
 export E2E_RESULTS; E2E_RESULTS=$(new_results bench100k)

@@ -56,10 +56,20 @@ go_build_e2e() {
     CGO_ENABLED=0 go "$@")
 }
 
+# guest_build OUT GO-ARGS... PACKAGE: go_build_e2e GO-ARGS -o OUT PACKAGE,
+# through a temporary file renamed into place. A sandbox still running the
+# previous OUT reads it page by page through hostfs; rewriting the file in
+# place would change it under that run, a rename leaves it its own inode.
+guest_build() {
+  local out=$1; shift
+  local pkg=${*: -1}
+  go_build_e2e "${@:1:$#-1}" -o "$out.tmp.$$" "$pkg" && mv -f "$out.tmp.$$" "$out"
+}
+
 build_guest_binaries() {
   mkdir -p "$repo/bin"
-  go_build_e2e build -tags e2e -o "$repo/bin/e2ectl" ./e2e/cmd/e2ectl
-  go_build_e2e test -tags e2e -c -o "$repo/bin/e2e.test" ./e2e
+  guest_build "$repo/bin/e2ectl" build -tags e2e ./e2e/cmd/e2ectl
+  guest_build "$repo/bin/e2e.test" test -tags e2e -c ./e2e
 }
 
 # new_results NAME: a fresh results folder e2e/out/NAME-TIME, also linked
