@@ -14,8 +14,9 @@ type change struct {
 	svc      *benchSvc
 	ip       string
 	added    bool
-	begin    time.Time // just before the API write
-	next     time.Time // when to look at the kernel again
+	begin    time.Time     // just before the API write
+	write    time.Duration // the API write (Update call) alone
+	next     time.Time     // when to look at the kernel again
 	deadline time.Time
 }
 
@@ -64,7 +65,8 @@ func runChanges(ctx context.Context, c *config, w *workload, proc *running, r *r
 				r.err = err.Error()
 				return
 			}
-			r.APIWrites = append(r.APIWrites, time.Since(ch.begin))
+			ch.write = time.Since(ch.begin)
+			r.APIWrites = append(r.APIWrites, ch.write)
 			ch.next, ch.deadline = time.Now(), ch.begin.Add(c.changeTimeout)
 			inflight, busy[s] = append(inflight, ch), true
 			written++
@@ -97,6 +99,9 @@ func lookAt(rw *realWatcher, inflight []*change, busy map[*benchSvc]bool, r *res
 		switch {
 		case err == nil && got == ch.added:
 			r.Latencies = append(r.Latencies, el)
+			// Seen before the Update call returned (the watch event can
+			// beat the response) counts as 1 µs.
+			r.AfterWrites = append(r.AfterWrites, max(el-ch.write, time.Microsecond))
 			delete(busy, ch.svc)
 		case now.After(ch.deadline):
 			r.Failures++

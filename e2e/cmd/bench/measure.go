@@ -26,14 +26,17 @@ type result struct {
 	VS, Reals  int             `json:"-"`
 	Latencies  []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
 	APIWrites  []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
-	Failures   int             `json:"failedChanges"`
-	InitCPU    usage           `json:"-"` // at the moment the kernel was complete
-	Total      usage           `json:"-"` // at the end of the changes
-	InitCPUSec float64         `json:"initCpuSeconds"`
-	CPUSec     float64         `json:"cpuSeconds"`
-	CPUChild   float64         `json:"cpuSecondsWithChildren"`
-	PeakRSSKB  int             `json:"peakRssKB"`
-	err        string
+	// AfterWrites is each change's latency less its own API write, in the
+	// order of Latencies: the proxy's share, watch delivery included.
+	AfterWrites []time.Duration `json:"afterWritesNs"`
+	Failures    int             `json:"failedChanges"`
+	InitCPU     usage           `json:"-"` // at the moment the kernel was complete
+	Total       usage           `json:"-"` // at the end of the changes
+	InitCPUSec  float64         `json:"initCpuSeconds"`
+	CPUSec      float64         `json:"cpuSeconds"`
+	CPUChild    float64         `json:"cpuSecondsWithChildren"`
+	PeakRSSKB   int             `json:"peakRssKB"`
+	err         string
 }
 
 func (r *result) save(dir string) error {

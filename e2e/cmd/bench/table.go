@@ -26,6 +26,8 @@ var rows = []row{
 	{"one endpoint change, API write → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.Latencies); return ms(p) }},
 	{"one endpoint change: max", "ms", func(r *result) float64 { return ms(maxOf(r.Latencies)) }},
 	{"of which the API write (Update call): p50", "ms", func(r *result) float64 { p, _ := percentiles(r.APIWrites); return ms(p) }},
+	{"one endpoint change, write returned → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.AfterWrites); return ms(p) }},
+	{"one endpoint change, write returned → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.AfterWrites); return ms(p) }},
 	{"CPU, whole run (process)", "s", func(r *result) float64 { return r.Total.cpu }},
 	{"CPU, whole run (incl. children: iptables, ipset)", "s", func(r *result) float64 { return r.Total.cpuChildren }},
 	{"peak RSS (VmHWM)", "MB", func(r *result) float64 { return float64(r.Total.hwmKB) / 1024 }},
