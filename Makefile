@@ -22,8 +22,11 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ipvsproxy ./cmd/ipvsproxy
 
+# The e2e tools' own host tests (the benchmarks' fake API server and
+# process helper) run here too; the e2e suite itself needs the sandbox.
 unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags e2e ./e2e/cmd/...
 
 $(STATICCHECK):
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

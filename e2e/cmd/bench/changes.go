@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
 )
 
 // change is one single-endpoint change in flight.
@@ -36,7 +38,7 @@ func pollDelay(el time.Duration) time.Duration {
 // is written every c.interval whether or not the earlier ones showed yet
 // (open loop, as in a cluster where endpoints keep changing): a change
 // that arrives while the proxy is busy waits, and that wait is measured.
-func runChanges(ctx context.Context, c *config, w *workload, proc *running, r *result) {
+func runChanges(ctx context.Context, c *config, w *workload, px *proc.Process, r *result) {
 	rw, err := newRealWatcher()
 	if err != nil {
 		r.err = fmt.Sprintf("netlink: %v", err)
@@ -48,7 +50,7 @@ func runChanges(ctx context.Context, c *config, w *workload, proc *running, r *r
 	busy := map[*benchSvc]bool{}
 	written, nextWrite := 0, time.Now()
 	for written < c.changes || len(inflight) > 0 {
-		if err := proc.exited(); err != nil {
+		if err := px.Exited(); err != nil {
 			r.err = fmt.Sprintf("exited during the changes: %v", err)
 			return
 		}

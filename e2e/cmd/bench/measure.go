@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
 )
 
 // result is one proxy's measurement at one size.
@@ -30,8 +32,8 @@ type result struct {
 	// order of Latencies: the proxy's share, watch delivery included.
 	AfterWrites []time.Duration `json:"afterWritesNs"`
 	Failures    int             `json:"failedChanges"`
-	InitCPU     usage           `json:"-"` // at the moment the kernel was complete
-	Total       usage           `json:"-"` // at the end of the changes
+	InitCPU     proc.Usage      `json:"-"` // at the moment the kernel was complete
+	Total       proc.Usage      `json:"-"` // at the end of the changes
 	InitCPUSec  float64         `json:"initCpuSeconds"`
 	CPUSec      float64         `json:"cpuSeconds"`
 	CPUChild    float64         `json:"cpuSecondsWithChildren"`
@@ -40,7 +42,7 @@ type result struct {
 }
 
 func (r *result) save(dir string) error {
-	r.InitCPUSec, r.CPUSec, r.CPUChild, r.PeakRSSKB = r.InitCPU.cpuChildren, r.Total.cpu, r.Total.cpuChildren, r.Total.hwmKB
+	r.InitCPUSec, r.CPUSec, r.CPUChild, r.PeakRSSKB = r.InitCPU.CPUWithChildren, r.Total.CPUSeconds, r.Total.CPUWithChildren, r.Total.HWMKB
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
 		return err
@@ -62,33 +64,33 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 		return fail("clean node: %v", err)
 	}
 	logf("%s: node clean; starting with %d services (%d NodePort) already in the API server", p.name, len(w.svcs), w.nodePorts())
-	proc, err := start(p, filepath.Join(c.results, fmt.Sprintf("%s-%d.log", p.name, len(w.svcs))))
+	px, err := proc.Start(p.name, "bench", p.path, p.args, filepath.Join(c.results, fmt.Sprintf("%s-%d.log", p.name, len(w.svcs))))
 	if err != nil {
 		return fail("%v", err)
 	}
 	defer func() {
-		proc.stop()
+		px.Stop(30 * time.Second)
 		logf("%s: stopped", p.name)
 	}()
 	begin := time.Now()
-	if err := waitProgrammed(c, w, proc, begin, r); err != nil {
-		if u, uerr := proc.usage(); uerr == nil {
+	if err := waitProgrammed(c, w, px, begin, r); err != nil {
+		if u, uerr := px.Usage(); uerr == nil {
 			r.Total = u
 		}
 		return fail("%v", err)
 	}
-	r.InitCPU, _ = proc.usage()
+	r.InitCPU, _ = px.Usage()
 	logf("%s: kernel complete after %.1fs (%d virtual servers, %d real servers), %.1f CPU s",
-		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.cpuChildren)
+		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.CPUWithChildren)
 	// The changes measure a proxy at rest: a proxy may finish the kernel
 	// and still be inside its first sync (kube-proxy was, for minutes).
-	if err := waitFirstSync(c, proc, begin, r); err != nil {
+	if err := waitFirstSync(c, px, begin, r); err != nil {
 		return fail("%v", err)
 	}
 	logf("%s: first sync finished after %.1fs", p.name, r.FirstSync.Seconds())
 	time.Sleep(2 * time.Second)
-	runChanges(ctx, c, w, proc, r)
-	r.Total, err = proc.usage()
+	runChanges(ctx, c, w, px, r)
+	r.Total, err = px.Usage()
 	if err != nil {
 		return fail("usage: %v", err)
 	}
@@ -128,9 +130,9 @@ func saveURL(url, path string) {
 
 // waitFirstSync waits until every kubeproxy_sync_proxy_rules_duration_seconds_count
 // series (one per IP family in kube-proxy; both proxies export it) is ≥ 1.
-func waitFirstSync(c *config, proc *running, begin time.Time, r *result) error {
+func waitFirstSync(c *config, px *proc.Process, begin time.Time, r *result) error {
 	for time.Since(begin) < c.programTimeout {
-		if err := proc.exited(); err != nil {
+		if err := px.Exited(); err != nil {
 			return fmt.Errorf("%s exited during its first sync: %v", r.Proxy, err)
 		}
 		if syncedAll() {
@@ -171,11 +173,11 @@ func syncedAll() bool {
 // KUBE-NODE-PORT-TCP hold an entry per service (the reads cost the guest's
 // single CPU too, so the poll interval is at least 4× the last read's
 // cost: the poller takes at most ~20 % of it).
-func waitProgrammed(c *config, w *workload, proc *running, begin time.Time, r *result) error {
+func waitProgrammed(c *config, w *workload, px *proc.Process, begin time.Time, r *result) error {
 	want := w.expectedVS(c.nodeIP)
 	lastLog := time.Now()
 	for {
-		if err := proc.exited(); err != nil {
+		if err := px.Exited(); err != nil {
 			return fmt.Errorf("%s exited during the initial programming: %v", r.Proxy, err)
 		}
 		readStart := time.Now()

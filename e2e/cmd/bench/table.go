@@ -21,16 +21,16 @@ var rows = []row{
 	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
 	{"… of which IPVS complete (virtual + real servers)", "s", func(r *result) float64 { return secs(r.IPVSDone) }},
 	{"start → first sync finished (the proxy's own metric)", "s", func(r *result) float64 { return secs(r.FirstSync) }},
-	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.cpuChildren }},
+	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.CPUWithChildren }},
 	{"one endpoint change, API write → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.Latencies); return ms(p) }},
 	{"one endpoint change, API write → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.Latencies); return ms(p) }},
 	{"one endpoint change: max", "ms", func(r *result) float64 { return ms(maxOf(r.Latencies)) }},
 	{"of which the API write (Update call): p50", "ms", func(r *result) float64 { p, _ := percentiles(r.APIWrites); return ms(p) }},
 	{"one endpoint change, write returned → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.AfterWrites); return ms(p) }},
 	{"one endpoint change, write returned → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.AfterWrites); return ms(p) }},
-	{"CPU, whole run (process)", "s", func(r *result) float64 { return r.Total.cpu }},
-	{"CPU, whole run (incl. children: iptables, ipset)", "s", func(r *result) float64 { return r.Total.cpuChildren }},
-	{"peak RSS (VmHWM)", "MB", func(r *result) float64 { return float64(r.Total.hwmKB) / 1024 }},
+	{"CPU, whole run (process)", "s", func(r *result) float64 { return r.Total.CPUSeconds }},
+	{"CPU, whole run (incl. children: iptables, ipset)", "s", func(r *result) float64 { return r.Total.CPUWithChildren }},
+	{"peak RSS (VmHWM)", "MB", func(r *result) float64 { return float64(r.Total.HWMKB) / 1024 }},
 }
 
 func secs(d time.Duration) float64 {

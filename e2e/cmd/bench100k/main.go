@@ -34,6 +34,8 @@ import (
 
 	"github.com/moby/ipvs"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
 )
 
 type config struct {
@@ -187,12 +189,12 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
 	r.ProxyArgs = strings.Join(args, " ")
 	begin := time.Now()
-	proxy, err := startProxy(c.ipvsproxy, args, filepath.Join(c.results, "ipvsproxy.log"))
+	proxy, err := proc.Start("ipvsproxy", "bench100k", c.ipvsproxy, args, filepath.Join(c.results, "ipvsproxy.log"))
 	if err != nil {
 		return err
 	}
 	defer func() {
-		proxy.stop()
+		proxy.Stop(60 * time.Second)
 		logf("ipvsproxy stopped; API server: %s", srv.summary())
 		flushIPVS()
 	}()
@@ -202,7 +204,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if err != nil {
 		return err
 	}
-	r.AtProgrammed, _ = proxy.usage()
+	r.AtProgrammed, _ = proxy.Usage()
 	r.Mem.AtProgrammed = readMeminfo()
 	if m, err := scrape(); err == nil {
 		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.text), 0o644)
@@ -228,7 +230,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	}
 	logf("traffic: %d of %d sampled ClusterIPs answered every request from all %d of their pods", r.VIPsAnswering, len(r.Traffic), endpointsPer)
 	failures = append(failures, finalChecks(c, w, r)...)
-	r.Final, _ = proxy.usage()
+	r.Final, _ = proxy.Usage()
 	r.Mem.Final = readMeminfo()
 	if m, err := scrape(); err == nil {
 		_ = os.WriteFile(filepath.Join(c.results, "metrics-final.txt"), []byte(m.text), 0o644)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
 )
 
 // programmed is when the kernel was found complete.
@@ -45,14 +47,14 @@ func (w *workload) setsReached(sets []setInfo) bool {
 // 2 s `ipset list -t` (one process, headers only); once the sets are full,
 // IPVS too (checkIPVS), at most every 4× its last read's cost, so the
 // poller takes at most ~20 % of the guest's one CPU.
-func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time) (programmed, error) {
+func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time) (programmed, error) {
 	p := programmed{PrevReadSeconds: -1}
 	var last ipvsCheck
 	var lastEnd time.Time
 	lastLog := time.Now()
 	profiled := 0 // quarters of KUBE-CLUSTER-IP profiled so far
 	for {
-		if err := proxy.exited(); err != nil {
+		if err := proxy.Exited(); err != nil {
 			return p, err
 		}
 		_, sets, err := listSets()
@@ -85,7 +87,7 @@ func waitProgrammed(c *config, w *workload, proxy *proxyProcess, begin time.Time
 			last, lastEnd = chk, end
 		}
 		if time.Since(lastLog) >= 30*time.Second {
-			u, _ := proxy.usage()
+			u, _ := proxy.Usage()
 			logf("%4.0fs: KUBE-CLUSTER-IP %d/%d, KUBE-IPVS-IPS %d, KUBE-NODE-PORT-TCP %d/%d, KUBE-LOOP-BACK %d; last IPVS read: %v; proxy RSS %d MB, CPU %.0fs",
 				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.n, setEntries(sets, "KUBE-IPVS-IPS"),
 				setEntries(sets, "KUBE-NODE-PORT-TCP"), w.nodePorts, setEntries(sets, "KUBE-LOOP-BACK"), last, u.RSSKB/1024, u.CPUSeconds)
@@ -142,7 +144,7 @@ const scrapeEvery = 20 * time.Second
 
 // timeFullPasses waits for the proxy's first full pass to have finished,
 // then times c.fullPasses more from its metrics (fullPassBetween).
-func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) error {
+func timeFullPasses(c *config, proxy *proc.Process, begin time.Time, r *report) error {
 	scrapeTimed := func() (metrics, error) {
 		start := time.Now()
 		m, err := scrape()
@@ -167,7 +169,7 @@ func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) 
 			return nil
 		}
 		time.Sleep(scrapeEvery)
-		if err := proxy.exited(); err != nil {
+		if err := proxy.Exited(); err != nil {
 			return err
 		}
 		cur, err := scrapeTimed()
@@ -178,7 +180,7 @@ func timeFullPasses(c *config, proxy *proxyProcess, begin time.Time, r *report) 
 			if d, n, ok := fullPassesBetween(prev, cur); ok {
 				fp := fullPass{EndedSeconds: time.Since(begin).Seconds(), Seconds: d.Seconds(), Passes: n}
 				r.FullPasses = append(r.FullPasses, fp)
-				u, _ := proxy.usage()
+				u, _ := proxy.Usage()
 				logf("full pass: %.1fs (%d ended since the last scrape); proxy RSS %d MB, peak %d MB", fp.Seconds, n, u.RSSKB/1024, u.HWMKB/1024)
 			} else if passesDone(cur) > passesDone(prev) {
 				logf("a full pass ended beside incremental syncs; not timed")

@@ -4,25 +4,16 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
 const metricsURL = "http://127.0.0.1:10249/metrics"
-
-// proxyProcess is the ipvsproxy under test, a process of its own.
-type proxyProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
 
 // proxyArgs: the sandbox node, NodePorts only on the node's address, the
 // conntrack sysctls left alone (not what is measured), legacy iptables
@@ -70,85 +61,6 @@ func saveProfile(path, which string) {
 	if data, err := io.ReadAll(resp.Body); err == nil {
 		_ = os.WriteFile(path, data, 0o644)
 	}
-}
-
-func startProxy(path string, args []string, logPath string) (*proxyProcess, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	fmt.Fprintf(log, "===== bench100k: starting %s %s at %s\n", path, strings.Join(args, " "), time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proxyProcess{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
-// exited returns why the process ended, nil while it runs.
-func (p *proxyProcess) exited() error {
-	select {
-	case <-p.done:
-		if p.err == nil {
-			return fmt.Errorf("ipvsproxy exited with status 0")
-		}
-		return fmt.Errorf("ipvsproxy exited: %v", p.err)
-	default:
-		return nil
-	}
-}
-
-// stop sends SIGTERM, then SIGKILL after 60 s.
-func (p *proxyProcess) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// usage is the process's consumption so far, from /proc.
-type usage struct {
-	CPUSeconds float64 `json:"cpuSeconds"` // utime+stime
-	RSSKB      int     `json:"rssKB"`      // VmRSS now
-	HWMKB      int     `json:"hwmKB"`      // VmHWM: peak resident set
-}
-
-func (p *proxyProcess) usage() (usage, error) {
-	pid := p.cmd.Process.Pid
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return usage{}, err
-	}
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return usage{}, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	u := usage{CPUSeconds: (ut + st) / 100} // USER_HZ
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return u, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		switch k {
-		case "VmHWM":
-			u.HWMKB = kb
-		case "VmRSS":
-			u.RSSKB = kb
-		}
-	}
-	return u, nil
 }
 
 // metrics is one scrape of the proxy's /metrics: series → value, and the

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
 )
 
 // report is everything measured, saved as bench100k.json and
@@ -26,7 +28,7 @@ type report struct {
 	GeneratorRSSKB int     `json:"generatorRssKB"` // this process after filling the fake
 
 	Programmed              programmed  `json:"programmed"`
-	AtProgrammed            usage       `json:"proxyAtProgrammed"`
+	AtProgrammed            proc.Usage  `json:"proxyAtProgrammed"`
 	HeapInuseAtProgrammedMB float64     `json:"proxyHeapInuseAtProgrammedMB"`
 	FirstFullPassSeconds    float64     `json:"firstFullPassDoneSeconds"`
 	FullPasses              []fullPass  `json:"periodicFullPasses"`
@@ -36,7 +38,7 @@ type report struct {
 	VIPsAnswering           int         `json:"vipsAnswering"`
 	FinalIPVS               ipvsCheck   `json:"finalIpvs"`
 	FinalProcIPVS           ipvsCheck   `json:"finalProcIpvs"`
-	Final                   usage       `json:"proxyFinal"`
+	Final                   proc.Usage  `json:"proxyFinal"`
 	HeapInuseFinalMB        float64     `json:"proxyHeapInuseFinalMB"`
 	API                     string      `json:"apiServerServed"`
 	LongestScrapeSeconds    float64     `json:"longestScrapeSeconds"`
