@@ -21,8 +21,10 @@ import (
 // FinishPass) so that the Runner can sync changed services between them:
 // at tens of thousands of services a pass takes seconds to minutes, and a
 // change must not wait for it. What makes that safe:
-//   - the virtual servers, addresses and set entries are read once, at
-//     BeginPass; the real servers of a service's virtual servers are read
+//   - the virtual servers, addresses and set entries are read once per
+//     pass, one dump per step before any service's step (at 100,000
+//     services the whole read takes seconds: a change waits for one dump,
+//     not all); the real servers of a service's virtual servers are read
 //     in its own step, right before it is adopted and synced, so the read
 //     and the writes that follow see the same kernel;
 //   - every sync, in the pass or between its steps, updates the pass's
@@ -38,8 +40,9 @@ import (
 // create — are never touched.
 type fullPass struct {
 	snap    *kernelSnapshot
-	keys    []string // every key known when the pass began, sorted
-	next    int      // keys[next:] are still to do
+	reads   []func() error // the snapshot's dumps not done yet
+	keys    []string       // every key known when the pass began, sorted
+	next    int            // keys[next:] are still to do
 	failed  map[string]error
 	adopted int
 }
@@ -52,15 +55,11 @@ type FullSyncResult struct {
 }
 
 // BeginPass starts a full pass over keys (the services the proxy knows;
-// services with an applied record are added) by reading the kernel's
-// virtual servers, addresses and set entries. A pass already running is
-// abandoned. If the kernel cannot be read, no pass starts and the records
-// are kept as they are.
-func (r *Reconciler) BeginPass(keys []string) error {
-	snap, err := r.snapshot()
-	if err != nil {
-		return err
-	}
+// services with an applied record are added). It does no I/O: the pass's
+// first steps read the kernel's addresses, set entries and virtual
+// servers. A pass already running is abandoned.
+func (r *Reconciler) BeginPass(keys []string) {
+	snap := newKernelSnapshot()
 	all := make(map[string]bool, len(keys)+len(r.applied))
 	for _, k := range keys {
 		all[k] = true
@@ -68,27 +67,52 @@ func (r *Reconciler) BeginPass(keys []string) error {
 	for k := range r.applied {
 		all[k] = true
 	}
-	r.pending = nil // the pass's read is newer than the start-up one
 	r.pass = &fullPass{
 		snap:   snap,
+		reads:  r.snapshotReads(snap),
 		keys:   slices.Sorted(maps.Keys(all)),
 		failed: map[string]error{},
 	}
-	return nil
 }
+
+// ErrPassRead is the error StepPass reports under PassReadFailed when the
+// kernel could not be read: the pass is abandoned and the records are
+// kept as they are.
+var ErrPassRead = errors.New("full pass: read kernel state")
+
+// PassReadFailed is the key under which StepPass reports a failed kernel
+// read: the Runner's full-pass key, which no service key equals.
+const PassReadFailed = fullSyncKey
 
 // PassRunning reports whether a full pass has begun and not finished.
 func (r *Reconciler) PassRunning() bool { return r.pass != nil }
 
-// StepPass adopts and syncs the pass's next services, building each one's
-// desired state with want when its turn comes, until stop reports true
-// (asked after each service; at least one is done). It returns the
-// services that failed in this step and whether the pass has no service
-// left (FinishPass is next).
+// StepPass does the pass's next kernel reads, then adopts and syncs its
+// next services, building each one's desired state with want when its
+// turn comes, until stop reports true (asked after each read and each
+// service; at least one is done). It returns the services that failed in
+// this step and whether the pass has no service left (FinishPass is
+// next). A failed read abandons the pass and is reported under
+// PassReadFailed, with done false.
 func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() bool) (map[string]error, bool) {
 	p := r.pass
 	if p == nil {
 		return nil, true
+	}
+	for len(p.reads) > 0 {
+		read := p.reads[0]
+		p.reads = p.reads[1:]
+		if err := read(); err != nil {
+			// Without a true picture of the kernel, keep the records we have.
+			r.pass = nil
+			return map[string]error{PassReadFailed: fmt.Errorf("%w: %w", ErrPassRead, err)}, false
+		}
+		if len(p.reads) == 0 {
+			r.pending = nil // the pass's read is newer than the start-up one
+		}
+		if stop() {
+			return nil, false
+		}
 	}
 	var failed map[string]error
 	for p.next < len(p.keys) {
@@ -234,13 +258,14 @@ func (r *Reconciler) AbortPass() { r.pass = nil }
 // FullSync runs a whole pass at once over want, which must hold every
 // service the proxy knows, including those whose state is empty.
 func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, error) {
-	if err := r.BeginPass(slices.Collect(maps.Keys(want))); err != nil {
-		// Without a true picture of the kernel, keep the records we have.
-		return FullSyncResult{}, fmt.Errorf("full sync: read kernel state: %w", err)
-	}
+	r.BeginPass(slices.Collect(maps.Keys(want)))
 	r.sizeSets(want)
 	for {
-		if _, done := r.StepPass(func(k string) *ServiceState { return want[k] }, func() bool { return false }); done {
+		failed, done := r.StepPass(func(k string) *ServiceState { return want[k] }, func() bool { return false })
+		if err := failed[PassReadFailed]; err != nil {
+			return FullSyncResult{}, err
+		}
+		if done {
 			break
 		}
 	}
@@ -366,16 +391,12 @@ func (r *Reconciler) BeginAdoption() error {
 	return nil
 }
 
-// adoptSnapshot is the snapshot a Sync must keep true: the start-up one,
-// or the running pass's.
-func (r *Reconciler) adoptSnapshot() *kernelSnapshot {
-	if r.pending != nil {
-		return r.pending
+// passSnapshot is the running pass's snapshot, nil when none runs.
+func (r *Reconciler) passSnapshot() *kernelSnapshot {
+	if r.pass == nil {
+		return nil
 	}
-	if r.pass != nil {
-		return r.pass.snap
-	}
-	return nil
+	return r.pass.snap
 }
 
 // pruneReals retires the real servers of key's virtual servers that the

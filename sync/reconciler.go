@@ -128,8 +128,19 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 			have = a
 		}
 	}
-	if snap := r.adoptSnapshot(); snap != nil {
-		defer func() { r.noteSynced(snap, have, r.applied[key]) }()
+	// The snapshots in use must stay true: the start-up one until a pass
+	// has read the kernel, and the running pass's (both while the first
+	// pass is still reading).
+	if pending, pass := r.pending, r.passSnapshot(); pending != nil || pass != nil {
+		defer func() {
+			now := r.applied[key]
+			if pending != nil {
+				r.noteSynced(pending, have, now)
+			}
+			if pass != nil {
+				r.noteSynced(pass, have, now)
+			}
+		}()
 	}
 	if have.equal(want) {
 		return nil // the common case of a full pass with no drift: no allocation

@@ -429,6 +429,11 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 		return false
 	}
 	stepFailed, done := r.rec.StepPass(r.build, func() bool { return time.Since(start) >= r.cfg.PassStep })
+	if err := stepFailed[PassReadFailed]; err != nil {
+		// The pass is abandoned; fullSyncKey (the same key) is retried
+		// with backoff.
+		klog.ErrorS(err, "Full sync could not read the kernel")
+	}
 	for k, err := range stepFailed {
 		failed[k] = err
 	}
@@ -505,10 +510,7 @@ func (r *Runner) beginFullPass() error {
 			return err
 		}
 	}
-	if err := r.rec.BeginPass(r.tracker.Keys()); err != nil {
-		klog.ErrorS(err, "Full sync could not read the kernel")
-		return err
-	}
+	r.rec.BeginPass(r.tracker.Keys())
 	r.passStart = start
 	return nil
 }

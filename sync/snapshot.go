@@ -30,49 +30,66 @@ type kernelVS struct {
 	loaded bool
 }
 
-// snapshot reads the addresses, the owned sets and the virtual servers:
-// one dump each, whatever the number of services. The dumps are streamed
-// into the snapshot's maps (the adapters' walkers), so reading 100,000
-// virtual servers holds no second copy of them; a dump the kernel reports
-// inconsistent is read again, after dropping what it delivered.
-func (r *Reconciler) snapshot() (*kernelSnapshot, error) {
-	snap := &kernelSnapshot{
+func newKernelSnapshot() *kernelSnapshot {
+	return &kernelSnapshot{
 		addrs:   map[netip.Addr]bool{},
 		vs:      map[ipvs.ServiceKey]*kernelVS{},
 		entries: map[SetEntry]bool{},
 	}
-	err := r.kernel.Dummy.WalkAddresses(func() { clear(snap.addrs) }, func(a netip.Addr) error {
-		snap.addrs[a] = true
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, set := range r.sets {
-		reset := func() {
-			for e := range snap.entries {
-				if e.Set == set {
-					delete(snap.entries, e)
-				}
-			}
-		}
-		err := r.kernel.IPSet.WalkEntries(set, reset, func(e ipset.Entry) error {
-			snap.entries[SetEntry{Set: set, Entry: e}] = true
-			return nil
-		})
-		if err != nil {
+}
+
+// snapshot reads the addresses, the owned sets and the virtual servers at
+// once (the start-up read; a full pass does the same reads one per step).
+func (r *Reconciler) snapshot() (*kernelSnapshot, error) {
+	snap := newKernelSnapshot()
+	for _, read := range r.snapshotReads(snap) {
+		if err := read(); err != nil {
 			return nil, err
 		}
 	}
-	err = r.kernel.IPVS.WalkVirtualServers(func() { clear(snap.vs) }, func(v ipvs.VirtualServer) error {
-		v.Stats = ipvs.Stats{}
-		snap.vs[v.ServiceKey] = &kernelVS{vs: v}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
 	return snap, nil
+}
+
+// snapshotReads returns the reads that fill snap: the addresses, each
+// owned set and the virtual servers, one dump each, whatever the number of
+// services. The dumps are streamed into the snapshot's maps (the adapters'
+// walkers), so reading 100,000 virtual servers holds no second copy of
+// them; a dump the kernel reports inconsistent is read again, after
+// dropping what it delivered.
+//
+// The reads may be spread over a pass's steps with syncs between them: a
+// sync keeps the parts already read true (noteSynced) and the parts read
+// later see the kernel after it, so the snapshot is as true as one read
+// at once.
+func (r *Reconciler) snapshotReads(snap *kernelSnapshot) []func() error {
+	reads := []func() error{func() error {
+		return r.kernel.Dummy.WalkAddresses(func() { clear(snap.addrs) }, func(a netip.Addr) error {
+			snap.addrs[a] = true
+			return nil
+		})
+	}}
+	for _, set := range r.sets {
+		reads = append(reads, func() error {
+			reset := func() {
+				for e := range snap.entries {
+					if e.Set == set {
+						delete(snap.entries, e)
+					}
+				}
+			}
+			return r.kernel.IPSet.WalkEntries(set, reset, func(e ipset.Entry) error {
+				snap.entries[SetEntry{Set: set, Entry: e}] = true
+				return nil
+			})
+		})
+	}
+	return append(reads, func() error {
+		return r.kernel.IPVS.WalkVirtualServers(func() { clear(snap.vs) }, func(v ipvs.VirtualServer) error {
+			v.Stats = ipvs.Stats{}
+			snap.vs[v.ServiceKey] = &kernelVS{vs: v}
+			return nil
+		})
+	})
 }
 
 // loadReals reads the real servers of one virtual server, once per
