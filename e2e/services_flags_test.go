@@ -308,3 +308,37 @@ func TestSchedulerModuleMissing(t *testing.T) {
 	})
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 4, pods)
 }
+
+// --stats-max-services: per-service traffic metrics are off by default
+// (no ipvsproxy_service_* series at all); with the flag the kernel's
+// counters of a service's virtual server are exported under its
+// namespace and name, and count the connections real traffic made.
+func TestServiceTrafficMetrics(t *testing.T) {
+	proxy(t)
+	ns := namespace(t)
+	pods := startPods(t, "stats", 2, []int{8080}, nil)
+	ts := createService(t, ns, "stats", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	code, body, err := framework.Healthz(framework.MetricsURL)
+	if err != nil || code != 200 {
+		t.Fatalf("/metrics: %d %v", code, err)
+	}
+	if strings.Contains(body, "ipvsproxy_service_") {
+		t.Error("per-service traffic metrics exported without --stats-max-services")
+	}
+
+	f := withFlags(t)
+	f.start("--stats-max-services", "100")
+	waitKernel(t, programTimeout, "service still programmed", ts.kernelMatches)
+	series := fmt.Sprintf(`ipvsproxy_service_connections_total{namespace=%q,port="80",protocol="tcp",service_name="stats",vip=%q}`, ns, ts.VIP)
+	before := metric(t, series)
+	const requests = 20
+	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, requests, pods)
+	// The collector reads the kernel at most every 10 s.
+	waitKernel(t, 15*time.Second, fmt.Sprintf("%s counts the %d connections", series, requests), func() error {
+		if got := metric(t, series); got < before+requests {
+			return fmt.Errorf("%s = %v, want at least %v", series, got, before+requests)
+		}
+		return nil
+	})
+}
