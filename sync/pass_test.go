@@ -2,9 +2,11 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -391,3 +393,46 @@ func TestPassReadsInStepsWithChangesBetween(t *testing.T) {
 
 // must2 returns the first of two results.
 func must2[A, B any](a A, _ B) A { return a }
+
+// TestPassAbandonedWhenTheKernelCannotBeRead: a dump that fails in one of
+// the pass's read steps abandons the pass: it is reported under
+// PassReadFailed (ErrPassRead), nothing is written or pruned on half a
+// picture of the kernel, the records stay as they were, and the next pass
+// reads again and repairs the drift.
+func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := 0; i < 3; i++ {
+		e.apply(manyService(i, 3))
+	}
+	gone := must2(manyService(1, 3)).Spec.ClusterIP
+	must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr(gone), Protocol: ipvs.TCP, Port: 80}))
+	k.resetCounts()
+	k.ipvs.FailTimes(1, "WalkVirtualServers", nil, syscall.ENOMEM)
+	e.rec.BeginPass(e.keys())
+	var failed map[string]error
+	for i := 0; i < e.passReads() && failed == nil; i++ {
+		var done bool
+		failed, done = e.rec.StepPass(e.want, func() bool { return true })
+		if done {
+			t.Fatal("a pass whose read failed reported done")
+		}
+	}
+	if err := failed[PassReadFailed]; !errors.Is(err, ErrPassRead) || len(failed) != 1 {
+		t.Fatalf("failed read reported as %v, want one error under PassReadFailed wrapping ErrPassRead", failed)
+	}
+	if e.rec.PassRunning() {
+		t.Error("the pass still runs after its read failed")
+	}
+	if w := k.writes(); len(w) != 0 {
+		t.Errorf("a pass whose read failed wrote %v", w)
+	}
+	if n := e.rec.Keys(); n != 3 {
+		t.Errorf("records of %d services after the failed pass, want 3", n)
+	}
+	e.beginPass()
+	for !e.step() {
+	}
+	e.finishPass()
+	assertText(t, "kernel", k.text(), e.reference())
+}
