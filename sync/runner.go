@@ -438,7 +438,9 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 		failed[k] = err
 	}
 	if !done {
-		r.queue.Add(passKey)
+		if r.rec.PassRunning() { // not after a failed read, which ended it
+			r.queue.Add(passKey)
+		}
 		return false
 	}
 	res := r.rec.FinishPass()
