@@ -30,7 +30,8 @@ timeout=${BENCH_TIMEOUT:-$(( 900 + 1200 * (largest + 999) / 1000 ))}
 
 stage "packages"; install_packages; stage_done
 stage "kube-apiserver, kube-proxy, etcd (cached)"
-mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver kube-proxy etcd)
+cluster_binaries
+kube_proxy=$("$e2e/tools/build.sh" kube-proxy)
 stage_done
 stage "binaries"
 ipvsproxy=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
@@ -45,8 +46,8 @@ stage_done
 args=(--n "$sizes" --changes "${BENCH_CHANGES:-100}" --interval "${BENCH_INTERVAL:-500ms}" --workers "${BENCH_WORKERS:-16}"
   --program-timeout "${BENCH_PROGRAM_TIMEOUT:-30m}")
 [[ " $proxies " == *" ipvsproxy "* ]] && args+=(--ipvsproxy "$ipvsproxy")
-[[ " $proxies " == *" kube-proxy "* ]] && args+=(--kube-proxy "${k8s[1]}")
-export E2E_APISERVER=${k8s[0]} E2E_ETCD=${k8s[2]} E2E_CTL=$repo/bin/e2ectl
+[[ " $proxies " == *" kube-proxy "* ]] && args+=(--kube-proxy "$kube_proxy")
+export E2E_CTL=$repo/bin/e2ectl
 export E2E_RESULTS; E2E_RESULTS=$(new_results bench)
 
 stage "sandbox: boot + apiserver + benchmark (N = $sizes)"

@@ -5,11 +5,9 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap print_timings EXIT
 stage "packages"; install_packages; stage_done
-stage "kube-apiserver, etcd (cached)"
-mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver etcd)
-stage_done
+stage "kube-apiserver, etcd (cached)"; cluster_binaries; stage_done
 stage "demo binaries"; guest_build "$repo/bin/e2ectl" build -tags e2e ./e2e/cmd/e2ectl; stage_done
-export E2E_IPVSPROXY=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy} E2E_APISERVER=${k8s[0]} E2E_ETCD=${k8s[1]} \
+export E2E_IPVSPROXY=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy} \
   E2E_CTL=$repo/bin/e2ectl E2E_EXAMPLES=${E2E_EXAMPLES:-$e2e/examples}
 [ -x "$E2E_IPVSPROXY" ] || { echo "demo: $E2E_IPVSPROXY missing (make build)" >&2; exit 1; }
 export E2E_RESULTS; E2E_RESULTS=$(new_results demo)

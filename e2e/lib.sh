@@ -56,6 +56,15 @@ go_build_e2e() {
     CGO_ENABLED=0 go "$@")
 }
 
+# cluster_binaries: builds (cached) the guest cluster's kube-apiserver and
+# etcd from e2e/tools and exports them as E2E_APISERVER and E2E_ETCD, the
+# names guest/cluster.sh reads.
+cluster_binaries() {
+  local bins
+  mapfile -t bins < <("$e2e/tools/build.sh" kube-apiserver etcd)
+  export E2E_APISERVER=${bins[0]} E2E_ETCD=${bins[1]}
+}
+
 # guest_build OUT GO-ARGS... PACKAGE: go_build_e2e GO-ARGS -o OUT PACKAGE,
 # through a temporary file renamed into place. A sandbox still running the
 # previous OUT reads it page by page through hostfs; rewriting the file in

@@ -15,14 +15,12 @@ total_start=$(date +%s)
 trap print_timings EXIT
 
 stage "packages"; install_packages; stage_done
-stage "kube-apiserver, etcd (cached)"
-mapfile -t k8s < <("$e2e/tools/build.sh" kube-apiserver etcd)
-stage_done
+stage "kube-apiserver, etcd (cached)"; cluster_binaries; stage_done
 stage "e2e binaries"; build_guest_binaries; stage_done
 
 export E2E_IPVSPROXY=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
 [ -x "$E2E_IPVSPROXY" ] || echo "e2e: warning: $E2E_IPVSPROXY missing; the ipvsproxy tests will fail (make build)" >&2
-export E2E_APISERVER=${k8s[0]} E2E_ETCD=${k8s[1]} E2E_CTL=$repo/bin/e2ectl
+export E2E_CTL=$repo/bin/e2ectl
 export E2E_RESULTS; E2E_RESULTS=$(new_results e2e)
 timeout=${E2E_TIMEOUT:-1500}
 args=(-test.count=1 -test.timeout="$(( timeout - 120 ))s")
