@@ -25,11 +25,8 @@ import (
 // stale, and is not exported. It must be safe for concurrent use.
 type Lookup func(ipvs.ServiceKey) (namespace, name string, ok bool)
 
-// Defaults.
-const (
-	DefaultCacheFor    = 10 * time.Second
-	DefaultMaxServices = 10000
-)
+// DefaultCacheFor is how long one kernel dump answers scrapes.
+const DefaultCacheFor = 10 * time.Second
 
 var labels = []string{"namespace", "service_name", "vip", "protocol", "port"}
 
@@ -60,12 +57,10 @@ type Collector struct {
 }
 
 // New returns a Collector reading h. maxServices caps the virtual servers
-// exported per scrape (<= 0: DefaultMaxServices); beyond it the rest are
-// skipped, in ipvsadm order, with a log line.
+// exported per scrape; beyond it the rest are skipped, in ipvsadm order,
+// with a log line. A cap <= 0 exports nothing and reads nothing, as the
+// --stats-max-services flag's 0 means.
 func New(h ipvs.Interface, lookup Lookup, maxServices int) *Collector {
-	if maxServices <= 0 {
-		maxServices = DefaultMaxServices
-	}
 	return &Collector{ipvs: h, lookup: lookup, max: maxServices, cacheFor: DefaultCacheFor, now: time.Now}
 }
 
@@ -78,6 +73,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.max <= 0 {
+		return
+	}
 	n, skipped := 0, 0
 	for _, vs := range c.read() {
 		ns, name, ok := c.lookup(vs.ServiceKey)

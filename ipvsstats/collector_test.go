@@ -47,7 +47,7 @@ func fakeWithStats(t *testing.T) *ipvs.Fake {
 }
 
 func TestCollectorExportsOwnedServices(t *testing.T) {
-	c := New(fakeWithStats(t), services, 0)
+	c := New(fakeWithStats(t), services, 100)
 	const want = `
 # HELP ipvsproxy_service_bytes_in_total Bytes received by the service's IPVS virtual server
 # TYPE ipvsproxy_service_bytes_in_total counter
@@ -79,7 +79,7 @@ ipvsproxy_service_packets_out_total{namespace="kube-system",port="53",protocol="
 // see new counters.
 func TestCollectorListsAtMostOncePerPeriod(t *testing.T) {
 	f := fakeWithStats(t)
-	c := New(f, services, 0)
+	c := New(f, services, 100)
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
 	for range 3 {
@@ -123,8 +123,19 @@ ipvsproxy_service_connections_total{namespace="default",port="80",protocol="tcp"
 func TestCollectorKernelError(t *testing.T) {
 	f := fakeWithStats(t)
 	f.FailOn("ListVirtualServers", nil, errBoom{})
+	if n := testutil.CollectAndCount(New(f, services, 100)); n != 0 {
+		t.Errorf("series = %d, want 0", n)
+	}
+}
+
+// A cap of 0 (the flag's "off") exports nothing and reads nothing.
+func TestCollectorCapZeroReadsNothing(t *testing.T) {
+	f := fakeWithStats(t)
 	if n := testutil.CollectAndCount(New(f, services, 0)); n != 0 {
 		t.Errorf("series = %d, want 0", n)
+	}
+	if n := f.Count("ListVirtualServers"); n != 0 {
+		t.Errorf("listings = %d, want 0", n)
 	}
 }
 
