@@ -108,8 +108,12 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	if setup.rules, err = ruleSyncers(o, backend, detector, v6); err != nil {
+	var warnings []string
+	if setup.rules, warnings, err = ruleSyncers(o, backend, detector, v6); err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		klog.InfoS("iptables: " + w)
 	}
 	startCanaryMonitor(ctx, reg, setup.rules)
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
@@ -287,17 +291,20 @@ func newClient(o *Options) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// ruleSyncers builds one iptables rule syncer per family in use.
-func ruleSyncers(o *Options, backend iptables.Backend, detector iptables.LocalDetector, v6 bool) ([]*iptables.Syncer, error) {
+// ruleSyncers builds one iptables rule syncer per family in use, and
+// returns what the operator should hear about their configuration; only
+// the proxy logs that (cleanup names chains with a placeholder detector).
+func ruleSyncers(o *Options, backend iptables.Backend, detector iptables.LocalDetector, v6 bool) ([]*iptables.Syncer, []string, error) {
 	families := []iptables.Family{iptables.IPv4}
 	if v6 {
 		families = append(families, iptables.IPv6)
 	}
 	var out []*iptables.Syncer
+	var warnings []string
 	for _, fam := range families {
 		runner, err := iptables.NewExecRunner(fam, backend)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg := iptables.DefaultConfig(fam)
 		cfg.MasqueradeBit = int(o.MasqueradeBit)
@@ -306,14 +313,12 @@ func ruleSyncers(o *Options, backend iptables.Backend, detector iptables.LocalDe
 		cfg.RandomFully = iptables.SupportsRandomFully(runner)
 		s, err := iptables.NewSyncer(runner, cfg)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		for _, w := range cfg.Warnings() {
-			klog.InfoS("iptables: "+w, "family", fam)
-		}
+		warnings = append(warnings, cfg.Warnings()...)
 		out = append(out, s)
 	}
-	return out, nil
+	return out, warnings, nil
 }
 
 // sizingCheck returns the full-pass hook that compares the kernel's sizes

@@ -159,7 +159,7 @@ func runCleanup(o *Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rules, err := ruleSyncers(o, backend, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable(backend))
+	rules, _, err := ruleSyncers(o, backend, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable(backend))
 	if err != nil {
 		return err
 	}
