@@ -179,7 +179,9 @@ func (st Status) Write(w io.Writer, linkName string, now time.Time) error {
 	for _, s := range nonEmpty {
 		fmt.Fprintf(&b, "  %s\n", s)
 	}
-	if len(st.MissingSets) > 0 {
+	// Names help when some sets are gone; when none exist (the proxy never
+	// ran here, or cleanup ran) the count says it all.
+	if len(st.MissingSets) > 0 && len(st.SetEntries) > 0 {
 		fmt.Fprintf(&b, "  missing: %s\n", strings.Join(st.MissingSets, " "))
 	}
 	st.writeProxy(&b, now)

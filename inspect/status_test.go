@@ -77,15 +77,17 @@ proxy            http://127.0.0.1:10249/metrics
 }
 
 // Without a running proxy the screen says so in one line; a node that
-// never ran ipvsproxy shows the link missing.
+// never ran ipvsproxy shows the link and the sets missing, the sets by
+// count alone.
 func TestStatusWithoutProxy(t *testing.T) {
-	st := Status{Kinds: map[string]int{}, ProxyURL: "http://127.0.0.1:10249/metrics", ProxyReadError: errString("connection refused")}
+	st := Status{Kinds: map[string]int{}, MissingSets: []string{"KUBE-CLUSTER-IP", "KUBE-LOOP-BACK", "KUBE-NODE-PORT-TCP"},
+		ProxyURL: "http://127.0.0.1:10249/metrics", ProxyReadError: errString("connection refused")}
 	var b strings.Builder
 	must(t, st.Write(&b, "kube-ipvs0", time.Now()))
 	const want = `virtual servers  0 owned (ClusterIP 0, NodePort 0, LoadBalancer 0, external 0); 0 foreign
 real servers     0 (0 draining at weight 0)
 kube-ipvs0       missing
-ipsets           0 present (0 empty), 0 missing
+ipsets           0 present (0 empty), 3 missing
 proxy            not reachable at http://127.0.0.1:10249/metrics: connection refused
 `
 	if b.String() != want {
