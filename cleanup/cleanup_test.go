@@ -25,6 +25,9 @@ COMMIT
 *filter
 -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
 COMMIT
+*mangle
+-A POSTROUTING -o eth0 -p udp -m udp --dport 4789 -j MARK --set-xmark 0x10/0x10
+COMMIT
 `
 
 func must(t testing.TB, err error) {

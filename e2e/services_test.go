@@ -130,6 +130,10 @@ func TestNodePort(t *testing.T) {
 // answers clients; once loadBalancerSourceRanges is set, a client inside
 // the range still gets answers, one outside gets nothing (its packets are
 // dropped: the connection times out), and it can still use the node port.
+// The node itself is outside the range too, and its own connections to
+// the LB IP are dropped as well (kubernetes#119656: IPVS takes them before
+// filter INPUT ever sees them); a range holding the node's address lets
+// it in again.
 func TestLoadBalancerSourceRanges(t *testing.T) {
 	proxy(t)
 	const lbIP = "203.0.113.10"
@@ -148,25 +152,43 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	denied := startClient(t, "lb-out", "10.20.2.2")
 	expectAllAnswer(t, allowed.GetTCP, lbIP, 80, 10, pods)
 	expectAllAnswer(t, denied.GetTCP, lbIP, 80, 10, pods)
+	expectAllAnswer(t, framework.GetTCP, lbIP, 80, 10, pods)
 
-	if _, err := cluster.UpdateService(ctx(t), ns, "lb", func(s *corev1.Service) {
-		s.Spec.LoadBalancerSourceRanges = []string{"10.20.1.0/24"}
-	}); err != nil {
-		t.Fatal(err)
+	setRanges := func(ranges ...string) {
+		t.Helper()
+		if _, err := cluster.UpdateService(ctx(t), ns, "lb", func(s *corev1.Service) {
+			s.Spec.LoadBalancerSourceRanges = ranges
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	setRanges("10.20.1.0/24")
 	waitSetEntries(t, "KUBE-LOAD-BALANCER-FW", lbIP+",tcp:80")
 	waitSetEntries(t, "KUBE-LOAD-BALANCER-SOURCE-CIDR", lbIP+",tcp:80,10.20.1.0/24")
 	expectAllAnswer(t, allowed.GetTCP, lbIP, 80, 10, pods)
-	for i := 0; i < 3; i++ {
-		if name, err := denied.GetTCP(lbIP, 80); err == nil {
-			t.Fatalf("client %s outside loadBalancerSourceRanges got an answer from %s through %s\n%s",
-				denied.IP, name, lbIP, framework.DumpKernel())
-		} else {
-			t.Logf("refused as expected: %v", err)
-		}
-	}
+	expectNoAnswer(t, "client "+denied.IP+" outside loadBalancerSourceRanges", denied.GetTCP, lbIP, 80)
+	expectNoAnswer(t, "the node, outside loadBalancerSourceRanges", framework.GetTCP, lbIP, 80)
 	np := int(ts.svc.Spec.Ports[0].NodePort)
 	expectAllAnswer(t, denied.GetTCP, nodeIP(t), np, 4, pods)
+
+	node := nodeIP(t)
+	setRanges("10.20.1.0/24", node+"/32")
+	waitSetEntries(t, "KUBE-LOAD-BALANCER-SOURCE-IP", lbIP+",tcp:80,"+lbIP)
+	expectAllAnswer(t, framework.GetTCP, lbIP, 80, 10, pods)
+	expectAllAnswer(t, allowed.GetTCP, lbIP, 80, 10, pods)
+	expectNoAnswer(t, "client "+denied.IP+" outside loadBalancerSourceRanges", denied.GetTCP, lbIP, 80)
+}
+
+// expectNoAnswer requires three requests from who to ip:port to fail.
+func expectNoAnswer(t *testing.T, who string, ask framework.Ask, ip string, port int) {
+	t.Helper()
+	for range 3 {
+		if name, err := ask(ip, port); err == nil {
+			t.Fatalf("%s got an answer from %s through %s:%d\n%s", who, name, ip, port, framework.DumpKernel())
+		} else {
+			t.Logf("%s refused as expected: %v", who, err)
+		}
+	}
 }
 
 // An external IP answers, from outside and from the node.

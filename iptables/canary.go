@@ -17,8 +17,8 @@ import (
 // mode watches a canary chain, KUBE-PROXY-CANARY, by running
 // "iptables -L KUBE-PROXY-CANARY" once per sync period (its IPVS mode
 // does not watch at all). ipvsproxy keeps the same canary chain in each
-// table it writes (nat, filter: it writes nothing to mangle), and the
-// Monitor polls every second — but with a kernel read, not a process:
+// table it writes (nat, filter, mangle), and the Monitor polls every
+// second — but with a kernel read, not a process:
 //
 //   - Each tick asks the runner for the tables' generation
 //     (GenerationReader: one getsockopt for legacy, one netlink round

@@ -84,8 +84,8 @@ func TestMonitorRestoresAfterWipe(t *testing.T) {
 	for range 10 {
 		m.check(s, &st)
 	}
-	if f.RestoreCount() != 0 || f.SaveCount() != 2 {
-		t.Errorf("after the repair: %d restores, %d saves; want 0 and 2 (one look)", f.RestoreCount(), f.SaveCount())
+	if f.RestoreCount() != 0 || f.SaveCount() != tablesWritten {
+		t.Errorf("after the repair: %d restores, %d saves; want 0 and %d (one look)", f.RestoreCount(), f.SaveCount(), tablesWritten)
 	}
 	if restores.Load() != 1 {
 		t.Errorf("OnRestore called %d times after the repair settled, want 1", restores.Load())
@@ -120,8 +120,8 @@ func TestMonitorFallbackChecksCanary(t *testing.T) {
 	for range 5 {
 		m.check(s, &st)
 	}
-	if f.RestoreCount() != 0 || f.SaveCount() != 5*2 {
-		t.Errorf("steady fallback: %d restores, %d saves; want 0 and 10", f.RestoreCount(), f.SaveCount())
+	if f.RestoreCount() != 0 || f.SaveCount() != 5*tablesWritten {
+		t.Errorf("steady fallback: %d restores, %d saves; want 0 and %d", f.RestoreCount(), f.SaveCount(), 5*tablesWritten)
 	}
 	if err := f.DeleteChain(TableNAT, ChainCanary); err != nil {
 		t.Fatal(err)

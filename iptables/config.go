@@ -10,6 +10,7 @@ import (
 const (
 	TableNAT    = "nat"
 	TableFilter = "filter"
+	TableMangle = "mangle"
 )
 
 // Chain names. They are kube-proxy's (IPVS mode) so that an operator
@@ -23,8 +24,8 @@ const (
 	ChainLoadBalancer = "KUBE-LOAD-BALANCER" // nat, LB masquerading
 	ChainForward      = "KUBE-FORWARD"       // filter, from FORWARD
 
-	ChainProxyFirewall        = "KUBE-PROXY-FIREWALL"         // filter, from INPUT and FORWARD
-	ChainSourceRangesFirewall = "KUBE-SOURCE-RANGES-FIREWALL" // filter, loadBalancerSourceRanges
+	ChainProxyFirewall        = "KUBE-PROXY-FIREWALL"         // filter, from INPUT and FORWARD; mangle, from OUTPUT
+	ChainSourceRangesFirewall = "KUBE-SOURCE-RANGES-FIREWALL" // filter and mangle, loadBalancerSourceRanges
 	ChainIPVSFilter           = "KUBE-IPVS-FILTER"            // filter, from INPUT: host-port protection
 	ChainIPVSOutFilter        = "KUBE-IPVS-OUT-FILTER"        // filter, from OUTPUT
 

@@ -14,19 +14,17 @@ func (c Config) filterTable() tableSpec {
 				// INPUT policy is DROP: load balancers probe them.
 				concat(setMatch(commentHealthCheckSet, c.set(SetHealthCheckNodePort), "dst"), "-j", "ACCEPT"),
 			}},
-			{ChainProxyFirewall, [][]string{
-				concat(setMatch(commentLBFWSet, c.set(SetLoadBalancerFW), "dst,dst"), "-j", ChainSourceRangesFirewall),
-			}},
+			{ChainProxyFirewall, c.proxyFirewallRules()},
 			{ChainSourceRangesFirewall, c.sourceRangesRules()},
 			{ChainIPVSFilter, c.ipvsFilterRules()},
 			// kube-proxy fills KUBE-IPVS-OUT-FILTER with one
-			// "-s LBIP -m ipvs --vaddr LBIP --vport P -j DROP" rule per
-			// source-ranged LB the node itself may not reach (#119656).
-			// That is per-service state in rules, which ipvsproxy does not
-			// write: by the time filter OUTPUT runs IPVS has rewritten the
-			// destination, so no set match can see LB IP:port any more.
-			// The chain and its jump exist so the layout matches and a
-			// kube-proxy node's chain is adopted (and flushed).
+			// "-s LBIP -m ipvs --vaddr LBIP -j DROP" rule per
+			// source-ranged LB the node itself may not reach (#119656):
+			// per-service state in rules. ipvsproxy does that with fixed
+			// rules in the mangle table instead (mangleTable), where the
+			// destination is still LB IP:port. The chain and its jump
+			// exist so the layout matches and a kube-proxy node's chain
+			// is adopted (and flushed).
 			{ChainIPVSOutFilter, nil},
 			{ChainCanary, nil},
 		},
@@ -38,6 +36,37 @@ func (c Config) filterTable() tableSpec {
 			{"INPUT", jumpRule(commentIPVSFilter, ChainIPVSFilter)},
 			{"OUTPUT", jumpRule(commentIPVSFilter, ChainIPVSOutFilter)},
 		},
+	}
+}
+
+// mangleTable keeps the node's own traffic to a source-ranged load
+// balancer inside loadBalancerSourceRanges (kubernetes#119656). Such
+// traffic never reaches filter INPUT: IPVS takes it at LOCAL_OUT, just
+// after nat OUTPUT, and rewrites the destination to a pod, so by filter
+// OUTPUT no set can see LB IP:port any more. mangle OUTPUT runs before
+// IPVS, so the same two chains as filter's apply there unchanged: the
+// source is the LB IP itself (the kernel picks the destination's own
+// address), allowed when a range holds one of the node's addresses
+// (the engine's SOURCE-IP entry), or the address a client bound to.
+func (c Config) mangleTable() tableSpec {
+	return tableSpec{
+		name: TableMangle,
+		chains: []chainSpec{
+			{ChainProxyFirewall, c.proxyFirewallRules()},
+			{ChainSourceRangesFirewall, c.sourceRangesRules()},
+			{ChainCanary, nil},
+		},
+		jumps: []jumpSpec{
+			{"OUTPUT", jumpRule(commentProxyFirewall, ChainProxyFirewall)},
+		},
+	}
+}
+
+// proxyFirewallRules is KUBE-PROXY-FIREWALL: LB IP:port with source
+// ranges goes through KUBE-SOURCE-RANGES-FIREWALL.
+func (c Config) proxyFirewallRules() [][]string {
+	return [][]string{
+		concat(setMatch(commentLBFWSet, c.set(SetLoadBalancerFW), "dst,dst"), "-j", ChainSourceRangesFirewall),
 	}
 }
 

@@ -34,7 +34,7 @@ type tableSpec struct {
 // "--or-mark 0x4000" reads back as), so that comparing saved and wanted
 // rules is a plain word-by-word comparison.
 func (c Config) wanted() []tableSpec {
-	return []tableSpec{c.natTable(), c.filterTable()}
+	return []tableSpec{c.natTable(), c.filterTable(), c.mangleTable()}
 }
 
 func concat(a []string, b ...string) []string {

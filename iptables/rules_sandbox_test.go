@@ -60,10 +60,10 @@ func legacyRunner(t *testing.T, fam Family) *ExecRunner {
 }
 
 // sameAsFake asserts that the kernel's normalized iptables-save output
-// equals the fake's for both tables.
+// equals the fake's for every table.
 func sameAsFake(t *testing.T, step string, real Runner, fake *FakeRunner) {
 	t.Helper()
-	for _, table := range []string{TableNAT, TableFilter} {
+	for _, table := range []string{TableNAT, TableFilter, TableMangle} {
 		got := NormalizeSave([]byte(mustSave(t, real, table)))
 		if d := cmp.Diff(mustSave(t, fake, table), got); d != "" {
 			t.Errorf("%s: %s table, kernel differs from fake (-fake +kernel):\n%s", step, table, d)
@@ -129,7 +129,7 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 			t.Fatalf("IPv%d: Cleanup: %v", fam, err)
 		}
 		got := ""
-		for _, table := range []string{TableFilter, TableNAT} {
+		for _, table := range []string{TableFilter, TableMangle, TableNAT} { // fake.String's order
 			got += NormalizeSave([]byte(mustSave(t, real, table)))
 		}
 		if d := cmp.Diff(before, got); d != "" {

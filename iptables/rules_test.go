@@ -117,15 +117,38 @@ func mustSave(t *testing.T, r Runner, table string) string {
 	return string(b)
 }
 
-func checkTables(t *testing.T, r Runner, nat, filter string) {
+// checkTables compares every table the Syncer writes with the wanted
+// iptables-save text. The mangle table is the same for every
+// configuration of a family: it is only passed when it should differ.
+func checkTables(t *testing.T, r Runner, nat, filter string, mangleOther ...string) {
 	t.Helper()
+	mangle := mangleV4
+	if r.Family() == IPv6 {
+		mangle = mangleV6
+	}
+	if len(mangleOther) > 0 {
+		mangle = mangleOther[0]
+	}
 	if d := cmp.Diff(nat, mustSave(t, r, TableNAT)); d != "" {
 		t.Errorf("nat table (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(filter, mustSave(t, r, TableFilter)); d != "" {
 		t.Errorf("filter table (-want +got):\n%s", d)
 	}
+	if d := cmp.Diff(mangle, mustSave(t, r, TableMangle)); d != "" {
+		t.Errorf("mangle table (-want +got):\n%s", d)
+	}
 }
+
+// Tables holding only their builtin chains, as iptables-save prints them.
+const (
+	emptyFilter = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+	emptyMangle = "*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
+)
+
+// tablesWritten is how many tables a Syncer writes: one save each per
+// Sync, one restore each when all differ.
+const tablesWritten = 3
 
 func TestSyncWritesExpectedRules(t *testing.T) {
 	for _, tc := range testCases() {
@@ -138,8 +161,8 @@ func TestSyncWritesExpectedRules(t *testing.T) {
 			if err != nil || !changed {
 				t.Fatalf("first Sync = %v, %v; want true, nil", changed, err)
 			}
-			if f.RestoreCount() != 2 {
-				t.Errorf("first Sync: %d restores, want 2 (one per table)", f.RestoreCount())
+			if f.RestoreCount() != tablesWritten {
+				t.Errorf("first Sync: %d restores, want %d (one per table)", f.RestoreCount(), tablesWritten)
 			}
 			checkTables(t, f, tc.nat, tc.filter)
 
@@ -148,8 +171,8 @@ func TestSyncWritesExpectedRules(t *testing.T) {
 			if err != nil || changed {
 				t.Fatalf("second Sync = %v, %v; want false, nil", changed, err)
 			}
-			if f.RestoreCount() != 0 || f.SaveCount() != 2 {
-				t.Errorf("second Sync: %d restores, %d saves; want 0 and 2", f.RestoreCount(), f.SaveCount())
+			if f.RestoreCount() != 0 || f.SaveCount() != tablesWritten {
+				t.Errorf("second Sync: %d restores, %d saves; want 0 and %d", f.RestoreCount(), f.SaveCount(), tablesWritten)
 			}
 		})
 	}
@@ -240,6 +263,9 @@ COMMIT
 -A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
 -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
 COMMIT
+*mangle
+-A POSTROUTING -o eth0 -p udp -m udp --dport 4789 -j MARK --set-xmark 0x10/0x10
+COMMIT
 `
 
 func TestSyncAndCleanupKeepForeignRules(t *testing.T) {
@@ -270,7 +296,8 @@ func TestSyncAndCleanupKeepForeignRules(t *testing.T) {
 -A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
 `,
 	).Replace(filterV4Bit14)
-	checkTables(t, f, wantNat, wantFilter)
+	wantMangle := strings.Replace(mangleV4, "-A KUBE-PROXY-FIREWALL", "-A POSTROUTING -o eth0 -p udp -m udp --dport 4789 -j MARK --set-xmark 0x10/0x10\n-A KUBE-PROXY-FIREWALL", 1)
+	checkTables(t, f, wantNat, wantFilter, wantMangle)
 
 	f.ResetCounts()
 	if changed, err := s.Sync(); err != nil || changed || f.RestoreCount() != 0 {
@@ -313,7 +340,7 @@ func TestCleanupKeepsChainsReferencedByForeignRules(t *testing.T) {
 -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
 COMMIT
 `
-	checkTables(t, f, want, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+	checkTables(t, f, want, emptyFilter, emptyMangle)
 }
 
 func TestSyncNeedsSets(t *testing.T) {
@@ -321,14 +348,14 @@ func TestSyncNeedsSets(t *testing.T) {
 	f.SetKnownSets() // the engine has not created its sets yet
 	s := mustSyncer(t, f, DefaultConfig(IPv4))
 	changed, err := s.Sync()
-	// Both tables match on sets, so both restores fail whole.
+	// Every table matches on sets, so every restore fails whole.
 	if err == nil || changed ||
 		!strings.Contains(err.Error(), "set KUBE-LOAD-BALANCER doesn't exist") ||
 		!strings.Contains(err.Error(), "set KUBE-HEALTH-CHECK-NODE-PORT doesn't exist") {
 		t.Fatalf("Sync = %v, %v; want no change and a missing-set error per table", changed, err)
 	}
 	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
-		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+		emptyFilter, emptyMangle)
 	// One set missing is enough to refuse a table.
 	names := ownedSetNames(IPv4)
 	f.SetKnownSets(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == SetIPVSIPs })...)
@@ -393,7 +420,7 @@ func TestConcurrentSync(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if f.RestoreCount() != 2 {
+	if f.RestoreCount() != tablesWritten {
 		t.Errorf("%d restores; Sync calls must serialise so only the first writes", f.RestoreCount())
 	}
 	checkTables(t, f, natV4Default, filterV4Bit14)

@@ -214,6 +214,8 @@ func DumpKernel() string {
 		{"ipset", "save", "KUBE-CLUSTER-IP"},
 		{"ipset", "save", "KUBE-LOOP-BACK"},
 		{"iptables-legacy-save", "-t", "nat"},
+		{"iptables-legacy-save", "-t", "filter"},
+		{"iptables-legacy-save", "-t", "mangle"},
 	} {
 		out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(c, " "), out)
