@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -24,7 +25,7 @@ const (
 // `ipvsadm -Sn` line, an `ipset save` add line, an address.
 type Line struct {
 	Op     string `json:"op"`
-	Object string `json:"object"` // link, virtual_server, real_server, address, set, set_entry
+	Object string `json:"object"` // link, virtual_server, real_server, address, set, set_entry, iptables
 	Text   string `json:"line"`
 	Kernel string `json:"kernel,omitempty"` // with OpChanged: the kernel's line
 }
@@ -42,7 +43,7 @@ func (l Line) String() string {
 
 // Diff is every difference between desired and actual state, in a stable
 // order: the link, virtual servers (each followed by its real servers),
-// addresses, sets, set entries.
+// addresses, sets, set entries, iptables rules.
 type Diff struct {
 	Lines []Line
 }
@@ -184,4 +185,21 @@ func createLine(s ipset.Set) string {
 		return fmt.Sprintf("create %s %s range %d-%d", s.Name, s.Type, from, to)
 	}
 	return fmt.Sprintf("create %s %s family %s hashsize %d maxelem %d", s.Name, s.Type, s.Family, s.HashSize, s.MaxElem)
+}
+
+// RuleLines turns the fixed iptables rules' drift into diff lines, after
+// the kernel objects' (Compare): an iptables command per difference.
+func RuleLines(drift []iptables.Drift) []Line {
+	lines := make([]Line, 0, len(drift))
+	for _, d := range drift {
+		l := Line{Op: OpMissing, Object: "iptables", Text: d.Rule}
+		switch d.Op {
+		case iptables.DriftExtra:
+			l.Op = OpExtra
+		case iptables.DriftOrder:
+			l.Op, l.Kernel = OpChanged, "the same rules in another order"
+		}
+		lines = append(lines, l)
+	}
+	return lines
 }

@@ -11,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -182,5 +183,44 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	slices.SortFunc(survivors, ipvs.CompareServiceKeys)
 	if !slices.Equal(survivors, notOwned) {
 		t.Errorf("engine kept %v; inspect calls not owned %v", survivors, notOwned)
+	}
+}
+
+// Drift of the fixed iptables rules follows the kernel objects' lines,
+// one iptables command each, and makes the states differ.
+func TestDiffPrintsRuleDrift(t *testing.T) {
+	f := iptables.NewFakeRunner(iptables.IPv4)
+	names := []string{}
+	for _, s := range sync.OwnedSets(true, false) {
+		names = append(names, s.Name)
+	}
+	f.SetKnownSets(names...)
+	s, err := iptables.NewSyncer(f, iptables.DefaultConfig(iptables.IPv4))
+	must(t, err)
+	_, err = s.Sync()
+	must(t, err)
+	must(t, f.DeleteRule(iptables.TableNAT, iptables.ChainServices, "-s 127.0.0.0/8 -j RETURN"))
+	must(t, f.Apply("*filter\n-A KUBE-FORWARD -j ACCEPT\nCOMMIT\n"))
+	must(t, f.DeleteChain(iptables.TableMangle, iptables.ChainCanary))
+	drift, err := s.Drift()
+	must(t, err)
+	d := Diff{Lines: []Line{{Op: OpMissing, Object: "address", Text: "addr 10.96.0.10 dev kube-ipvs0"}}}
+	d.Lines = append(d.Lines, RuleLines(drift)...)
+	var out bytes.Buffer
+	must(t, d.WriteText(&out))
+	const expected = `+ addr 10.96.0.10 dev kube-ipvs0
++ -t nat -A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+- -t filter -A KUBE-FORWARD -j ACCEPT
++ -t mangle -N KUBE-PROXY-CANARY
+`
+	if out.String() != expected {
+		t.Errorf("diff:\n%s\nwant:\n%s", out.String(), expected)
+	}
+	if got := RuleLines([]iptables.Drift{{Op: iptables.DriftOrder, Rule: "-t nat -S KUBE-SERVICES"}}); len(got) != 1 ||
+		got[0].String() != "~ -t nat -S KUBE-SERVICES  (kernel: the same rules in another order)" || got[0].Object != "iptables" {
+		t.Errorf("order drift: %v", got)
+	}
+	if !(Diff{Lines: RuleLines(nil)}).Equal() {
+		t.Error("no drift, yet not Equal")
 	}
 }

@@ -339,15 +339,7 @@ func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, node stri
 	for {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil && len(n.Spec.PodCIDRs) > 0 {
-			var out []netip.Prefix
-			for _, c := range n.Spec.PodCIDRs {
-				p, err := netip.ParsePrefix(c)
-				if err != nil {
-					return nil, fmt.Errorf("node %s: podCIDR %q is not a CIDR", node, c)
-				}
-				out = append(out, p.Masked())
-			}
-			return out, nil
+			return podCIDRs(n)
 		}
 		klog.InfoS("Waiting for the node's podCIDRs (--detect-local-mode=NodeCIDR)", "node", node, "err", err)
 		select {
@@ -356,6 +348,19 @@ func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, node stri
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// podCIDRs parses the node's spec.podCIDRs.
+func podCIDRs(n *v1.Node) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range n.Spec.PodCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: podCIDR %q is not a CIDR", n.Name, c)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // iptablesBackend resolves --iptables-backend, detecting it for "auto"

@@ -212,7 +212,45 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	if err != nil {
 		return inspect.Diff{}, err
 	}
-	return inspect.Compare(want, have, dummyif.DefaultLinkName), nil
+	drift, err := ruleDrift(o, node, v6)
+	if err != nil {
+		return inspect.Diff{}, err
+	}
+	d := inspect.Compare(want, have, dummyif.DefaultLinkName)
+	d.Lines = append(d.Lines, inspect.RuleLines(drift)...)
+	return d, nil
+}
+
+// ruleDrift compares the fixed iptables rules the proxy would write on
+// this node (same backend, families and local-traffic detector) with the
+// kernel's, reading each table once and writing nothing.
+func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
+	backend, err := iptablesBackend(o)
+	if err != nil {
+		return nil, err
+	}
+	detector, _ := o.localDetector()
+	if detector.Mode == iptables.LocalModeNodeCIDR {
+		if node == nil || len(node.Spec.PodCIDRs) == 0 {
+			return nil, errors.New("--detect-local-mode=NodeCIDR: the node has no spec.podCIDRs yet; the proxy waits for them before writing rules")
+		}
+		if detector.NodeCIDRs, err = podCIDRs(node); err != nil {
+			return nil, err
+		}
+	}
+	rules, _, err := ruleSyncers(o, backend, detector, v6)
+	if err != nil {
+		return nil, err
+	}
+	var drift []iptables.Drift
+	for _, r := range rules {
+		d, err := r.Drift()
+		if err != nil {
+			return nil, err
+		}
+		drift = append(drift, d...)
+	}
+	return drift, nil
 }
 
 // diffConfig is the builder config run.go and the node watcher make:
