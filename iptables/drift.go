@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,16 +31,11 @@ func (s *Syncer) Drift() ([]Drift, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Drift
-	var errs []error
-	for _, want := range s.want {
-		cur, err := s.load(want.name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	err := s.eachTable(func(cur *tableState, want tableSpec) error {
 		out = append(out, tableDrift(cur, want)...)
-	}
-	return out, errors.Join(errs...)
+		return nil
+	})
+	return out, err
 }
 
 // tableDrift compares one table: each owned chain, then each jump.

@@ -1,5 +1,7 @@
 package iptables
 
+import "strings"
+
 // The iptables-save text the fixed rules must produce, written out in
 // full for the IPv4 defaults and for IPv6 (cluster CIDR, mark bit 31).
 // The sandbox test proves the real iptables-save prints the same.
@@ -172,22 +174,12 @@ const mangleV4 = `*mangle
 COMMIT
 `
 
-const mangleV6 = `*mangle
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-PROXY-CANARY - [0:0]
-:KUBE-PROXY-FIREWALL - [0:0]
-:KUBE-SOURCE-RANGES-FIREWALL - [0:0]
--A OUTPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
--A KUBE-PROXY-FIREWALL -m comment --comment "Kubernetes service load balancer ip + port for load balancer with sourceRange" -m set --match-set KUBE-6-LOAD-BALANCER-FW dst,dst -j KUBE-SOURCE-RANGES-FIREWALL
--A KUBE-SOURCE-RANGES-FIREWALL -m comment --comment "Kubernetes service load balancer ip + port + source cidr for packet filter purpose" -m set --match-set KUBE-6-LOAD-BALANCER-SOURCE-CID dst,dst,src -j RETURN
--A KUBE-SOURCE-RANGES-FIREWALL -m comment --comment "Kubernetes service load balancer ip + port + source IP for packet filter purpose" -m set --match-set KUBE-6-LOAD-BALANCER-SOURCE-IP dst,dst,src -j RETURN
--A KUBE-SOURCE-RANGES-FIREWALL -j DROP
-COMMIT
-`
+// mangleV6 is mangleV4 on the IPv6 sets (names cut to ipset's 31 bytes).
+var mangleV6 = strings.NewReplacer(
+	"KUBE-LOAD-BALANCER-FW", "KUBE-6-LOAD-BALANCER-FW",
+	"KUBE-LOAD-BALANCER-SOURCE-CIDR", "KUBE-6-LOAD-BALANCER-SOURCE-CID",
+	"KUBE-LOAD-BALANCER-SOURCE-IP", "KUBE-6-LOAD-BALANCER-SOURCE-IP",
+).Replace(mangleV4)
 
 // natV4RestoreChains starts every restore input that rewrites the nat
 // table (IPv4 defaults): every owned chain declared, then every rule;

@@ -76,27 +76,38 @@ func NewSyncer(r Runner, cfg Config) (*Syncer, error) {
 func (s *Syncer) Sync() (changed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err = s.eachTable(func(cur *tableState, want tableSpec) error {
+		input := syncInput(cur, want)
+		if input == "" {
+			return nil
+		}
+		if err := s.runner.Restore([]byte(input)); err != nil {
+			return fmt.Errorf("iptables: restore %s table: %w", want.name, err)
+		}
+		changed = true
+		return nil
+	})
+	if err == nil {
+		s.synced = true
+	}
+	return changed, err
+}
+
+// eachTable saves each wanted table and hands it to fn. Tables are
+// independent: a failure in one does not stop the others, and the errors
+// are joined. The caller holds s.mu.
+func (s *Syncer) eachTable(fn func(cur *tableState, want tableSpec) error) error {
 	var errs []error
 	for _, want := range s.want {
 		cur, err := s.load(want.name)
+		if err == nil {
+			err = fn(cur, want)
+		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		input := syncInput(cur, want)
-		if input == "" {
-			continue
-		}
-		if err := s.runner.Restore([]byte(input)); err != nil {
-			errs = append(errs, fmt.Errorf("iptables: restore %s table: %w", want.name, err))
-			continue
-		}
-		changed = true
 	}
-	if len(errs) == 0 {
-		s.synced = true
-	}
-	return changed, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // HasSynced reports whether a Sync has succeeded for every table.
@@ -186,26 +197,19 @@ func countRule(c *chainState, rule []string) int {
 func (s *Syncer) Cleanup() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
-	for _, want := range s.want {
-		cur, err := s.load(want.name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	return s.eachTable(func(cur *tableState, want tableSpec) error {
 		input, kept := cleanupInput(cur, want)
 		if input != "" {
 			if err := s.runner.Restore([]byte(input)); err != nil {
-				errs = append(errs, fmt.Errorf("iptables: cleanup %s table: %w", want.name, err))
-				continue
+				return fmt.Errorf("iptables: cleanup %s table: %w", want.name, err)
 			}
 		}
 		if len(kept) > 0 {
-			errs = append(errs, fmt.Errorf("iptables: kept %s in %s table: still referenced by rules ipvsproxy does not own",
-				strings.Join(kept, ", "), want.name))
+			return fmt.Errorf("iptables: kept %s in %s table: still referenced by rules ipvsproxy does not own",
+				strings.Join(kept, ", "), want.name)
 		}
-	}
-	return errors.Join(errs...)
+		return nil
+	})
 }
 
 // cleanupInput returns the restore input removing want's jumps and chains
