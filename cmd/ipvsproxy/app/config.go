@@ -226,6 +226,9 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 		ipvs, ipt := c.IPVS, c.IPTables
 		b = append(b,
 			binding{"clientConnection.kubeconfig", "kubeconfig", c.ClientConnection.Kubeconfig != "", func() { o.Kubeconfig = c.ClientConnection.Kubeconfig }},
+			binding{"clientConnection.qps", "kube-api-qps", c.ClientConnection.QPS != 0, func() { o.APIQPS = c.ClientConnection.QPS }},
+			binding{"clientConnection.burst", "kube-api-burst", c.ClientConnection.Burst != 0, func() { o.APIBurst = c.ClientConnection.Burst }},
+			binding{"clientConnection.contentType", "kube-api-content-type", c.ClientConnection.ContentType != "", func() { o.APIContentType = c.ClientConnection.ContentType }},
 			binding{"hostnameOverride", "hostname-override", c.HostnameOverride != "", func() { o.HostnameOverride = c.HostnameOverride }},
 			binding{"clusterCIDR", "cluster-cidr", c.ClusterCIDR != "", func() { o.ClusterCIDR = c.ClusterCIDR }},
 			binding{"iptables.masqueradeAll", "masquerade-all", ipt.MasqueradeAll, func() { o.MasqueradeAll = true }},
@@ -262,7 +265,8 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 // the type fields); every other non-zero field is reported as ignored.
 var usedPaths = map[string]bool{
 	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true,
-	"clientConnection.kubeconfig": true, "hostnameOverride": true, "clusterCIDR": true,
+	"clientConnection.kubeconfig": true, "clientConnection.qps": true, "clientConnection.burst": true,
+	"clientConnection.contentType": true, "hostnameOverride": true, "clusterCIDR": true,
 	"iptables.masqueradeAll": true, "iptables.masqueradeBit": true,
 	"ipvs.scheduler": true, "ipvs.syncPeriod": true, "ipvs.minSyncPeriod": true,
 	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
@@ -399,6 +403,7 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 		},
 	}
 	c.ClientConnection.Kubeconfig = o.Kubeconfig
+	c.ClientConnection.QPS, c.ClientConnection.Burst, c.ClientConnection.ContentType = o.APIQPS, o.APIBurst, o.APIContentType
 	if f := fs.Lookup("v"); f != nil {
 		v, _ := strconv.ParseUint(f.Value.String(), 10, 32)
 		c.Logging.Verbosity = logsapi.VerbosityLevel(v)

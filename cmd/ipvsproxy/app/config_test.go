@@ -21,6 +21,9 @@ const kpHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyC
 const fullFile = kpHeader + `mode: ipvs
 clientConnection:
   kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 20
+  burst: 40
+  contentType: application/json
 hostnameOverride: node-a
 clusterCIDR: 10.244.0.0/16,fd00:244::/56
 healthzBindAddress: 0.0.0.0:20256
@@ -155,6 +158,7 @@ func load(t *testing.T, args ...string) (*Options, *ConfigFile, error) {
 func TestConfigFileValues(t *testing.T) {
 	full := *NewOptions()
 	full.Kubeconfig, full.HostnameOverride = "/var/lib/kube-proxy/kubeconfig.conf", "node-a"
+	full.APIQPS, full.APIBurst, full.APIContentType = 20, 40, "application/json"
 	full.ClusterCIDR, full.MasqueradeAll, full.MasqueradeBit = "10.244.0.0/16,fd00:244::/56", true, 15
 	full.Scheduler, full.SyncPeriod, full.MinSyncPeriod = "lc", time.Minute, 2*time.Second
 	full.ExcludeCIDRs, full.StrictARP = []string{"192.168.50.0/24"}, true
@@ -169,6 +173,7 @@ func TestConfigFileValues(t *testing.T) {
 	overridden := full
 	overridden.Scheduler, overridden.StrictARP, overridden.IPTablesBackend = "wrr", false, "legacy"
 	overridden.Conntrack.MaxPerCore, overridden.OOMScoreAdj = 0, 0
+	overridden.APIQPS = 7.5
 
 	kubeadm := *NewOptions()
 	kubeadm.Kubeconfig, kubeadm.ClusterCIDR, kubeadm.StrictARP = "/var/lib/kube-proxy/kubeconfig.conf", "10.244.0.0/16", true
@@ -189,7 +194,7 @@ func TestConfigFileValues(t *testing.T) {
 	}{
 		{"file only", fullFile, nil, full},
 		{"flags override the file", fullFile, []string{"--ipvs-scheduler=wrr", "--ipvs-strict-arp=false", "--iptables-backend=legacy",
-			"--conntrack-max-per-core=0", "--oom-score-adj=0"}, overridden},
+			"--conntrack-max-per-core=0", "--oom-score-adj=0", "--kube-api-qps=7.5"}, overridden},
 		{"kubeadm's zero fields mean the defaults", kubeadmFile, nil, kubeadm},
 		{"bare IP bind addresses get kube-proxy's ports", kpHeader + "healthzBindAddress: 10.0.0.5\nmetricsBindAddress: \"::1\"\n", nil, bareIP},
 		{"empty mode is ipvs", kpHeader + "mode: \"\"\n", nil, *NewOptions()},
@@ -228,6 +233,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"empty file", "# nothing\n", "no KubeProxyConfiguration or IPVSProxyConfiguration document"},
 		{"bad value names the field", kpHeader + "ipvs:\n  scheduler: fastest\n", `ipvs.scheduler: --ipvs-scheduler "fastest": not an IPVS scheduler`},
 		{"bad bind address names the field", kpHeader + "metricsBindAddress: localhost:10249\n", `metricsBindAddress: --metrics-bind-address "localhost:10249": want ip:port`},
+		{"bad content type names the field", kpHeader + "clientConnection:\n  contentType: text/plain\n", `clientConnection.contentType: --kube-api-content-type "text/plain"`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
 		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},
 	}

@@ -42,8 +42,11 @@ type Options struct {
 	BindAddress        string // the node IP when specific (see nodeip.go)
 	OOMScoreAdj        int32
 	Conntrack          conntrackTuning
-	ConfigFile         string // --config: read before Validate, see config.go
-	WriteConfigTo      string // --write-config-to: write the effective config and exit
+	APIQPS             float32 // --kube-api-qps
+	APIBurst           int32   // --kube-api-burst
+	APIContentType     string  // --kube-api-content-type
+	ConfigFile         string  // --config: read before Validate, see config.go
+	WriteConfigTo      string  // --write-config-to: write the effective config and exit
 }
 
 // NewOptions returns kube-proxy's defaults.
@@ -59,6 +62,12 @@ func NewOptions() *Options {
 		MetricsBindAddress: "127.0.0.1:10249",
 		BindAddress:        "0.0.0.0",
 		OOMScoreAdj:        -999,
+		// Higher than kube-proxy's 5/10: the proxy lists once and then
+		// only watches, but a restart on a large node should not wait on
+		// the client's own rate limiter for its few Gets and Events.
+		APIQPS:         50,
+		APIBurst:       100,
+		APIContentType: contentTypeProtobuf,
 		Conntrack: conntrackTuning{
 			MaxPerCore:     32768,
 			Min:            131072,
@@ -95,8 +104,30 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.EnableProfiling, "profiling", o.EnableProfiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the metrics address, as kube-proxy does.")
 	o.addNodeFlags(fs)
 	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "Export ipvsproxy_service_* traffic metrics (5 series each, read from the kernel on scrape) for at most this many virtual servers; the rest are skipped with a log line. 0 (the default) exports none: on a large cluster they are 5 series per virtual server on every node.")
+	fs.Float32Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "Queries per second to the API server (0: client-go's default, 5).")
+	fs.Int32Var(&o.APIBurst, "kube-api-burst", o.APIBurst, "Burst of queries to the API server (0: client-go's default, 10).")
+	fs.StringVar(&o.APIContentType, "kube-api-content-type", o.APIContentType, "Content type of requests to the API server: "+contentTypeProtobuf+" or "+contentTypeJSON+".")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
+}
+
+// The API content types a client can be given.
+const (
+	contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
+	contentTypeJSON     = "application/json"
+)
+
+func (o *Options) validateAPIClient() error {
+	if !(o.APIQPS >= 0) { // NaN too
+		return fmt.Errorf("--kube-api-qps %v: must be 0 or more", o.APIQPS)
+	}
+	if o.APIBurst < 0 {
+		return fmt.Errorf("--kube-api-burst %d: must be 0 or more", o.APIBurst)
+	}
+	if o.APIContentType != contentTypeProtobuf && o.APIContentType != contentTypeJSON {
+		return fmt.Errorf("--kube-api-content-type %q: want %s or %s", o.APIContentType, contentTypeProtobuf, contentTypeJSON)
+	}
+	return nil
 }
 
 // Validate checks the options and returns one line naming the first bad
@@ -123,6 +154,9 @@ func (o *Options) Validate() error {
 		}
 	}
 	if err := o.validateNode(); err != nil {
+		return err
+	}
+	if err := o.validateAPIClient(); err != nil {
 		return err
 	}
 	if o.StatsMaxServices < 0 {

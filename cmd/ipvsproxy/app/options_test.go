@@ -26,6 +26,10 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
 		{[]string{"--stats-max-services", "-1"}, "--stats-max-services -1: must be 0 (no per-service metrics) or more"},
+		{[]string{"--kube-api-qps", "-1"}, "--kube-api-qps -1: must be 0 or more"},
+		{[]string{"--kube-api-qps", "NaN"}, "--kube-api-qps NaN: must be 0 or more"},
+		{[]string{"--kube-api-burst", "-5"}, "--kube-api-burst -5: must be 0 or more"},
+		{[]string{"--kube-api-content-type", "application/yaml"}, `--kube-api-content-type "application/yaml": want application/vnd.kubernetes.protobuf or application/json`},
 		{[]string{"--ipvs-sync-period", "soon"}, `invalid argument "soon" for "--ipvs-sync-period"`},
 		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	}

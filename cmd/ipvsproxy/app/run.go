@@ -284,10 +284,14 @@ func newClient(o *Options) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "ipvsproxy/" + version
-	cfg.QPS, cfg.Burst = 50, 100
-	// Watch as protobuf: smaller and faster to decode at 100k objects.
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.QPS, cfg.Burst = o.APIQPS, int(o.APIBurst)
+	// Watch as protobuf by default: smaller and faster to decode at 100k
+	// objects. JSON is there for API servers behind proxies that mangle it.
+	cfg.ContentType = o.APIContentType
+	cfg.AcceptContentTypes = contentTypeJSON
+	if o.APIContentType == contentTypeProtobuf {
+		cfg.AcceptContentTypes = contentTypeProtobuf + "," + contentTypeJSON
+	}
 	return kubernetes.NewForConfig(cfg)
 }
 
