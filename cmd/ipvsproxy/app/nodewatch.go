@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -47,12 +49,26 @@ func (f nodeFacts) equal(o nodeFacts) bool {
 
 // nodePortFilter is --nodeport-addresses: CIDRs, and/or "primary" (the
 // node's InternalIPs, or the node IP found at start when the Node has no
-// InternalIP). Empty means every non-loopback, non-link-local address of
-// the node.
+// InternalIP), and/or "all" (every address). Empty means every
+// non-loopback, non-link-local address of the node. Loopback addresses
+// never serve node ports: IPVS cannot send traffic from 127.0.0.1 to
+// another host (kube-proxy's IPVS mode never served them either), so
+// "localhost" and loopback CIDRs are only warned about.
 type nodePortFilter struct {
-	cidrs   []netip.Prefix
-	primary bool
-	nodeIP  netip.Addr // found at start (nodeip.go); invalid if none was
+	cidrs    []netip.Prefix
+	primary  bool
+	loopback []string   // the values asking for loopback node ports, for the warning
+	nodeIP   netip.Addr // found at start (nodeip.go); invalid if none was
+}
+
+// warning is what the operator should hear about the filter at start
+// ("" if nothing).
+func (f nodePortFilter) warning() string {
+	if len(f.loopback) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("--nodeport-addresses %s: node ports are not served on loopback addresses with IPVS; ignored",
+		strings.Join(f.loopback, ","))
 }
 
 func (f nodePortFilter) pick(host []netip.Addr, node *v1.Node) []netip.Addr {

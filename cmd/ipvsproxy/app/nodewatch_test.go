@@ -32,6 +32,10 @@ func TestNodePortAddressSelection(t *testing.T) {
 		{[]string{"10.0.0.0/8"}, "[10.0.0.5]"},
 		{[]string{"primary"}, "[192.168.7.2]"},
 		{[]string{"primary", "fd00::/8"}, "[192.168.7.2 fd00::5]"},
+		{[]string{"all"}, "[10.0.0.5 192.168.7.2 fd00::5]"},
+		{[]string{"primary", "all"}, "[10.0.0.5 192.168.7.2 fd00::5]"},
+		{[]string{"localhost", "10.0.0.0/8"}, "[10.0.0.5]"},
+		{[]string{"127.0.0.0/8"}, "[]"},
 	}
 	for _, c := range cases {
 		o := NewOptions()
@@ -64,8 +68,30 @@ func TestNodePortAddressSelection(t *testing.T) {
 	}
 	o := NewOptions()
 	o.NodePortAddresses = []string{"eth0"}
-	if err := o.Validate(); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor "primary"` {
+	if err := o.Validate(); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor one of primary, all, localhost` {
 		t.Errorf("bad --nodeport-addresses: %v", err)
+	}
+}
+
+// Loopback node ports are asked for and not served: one warning names
+// what was asked; nothing else warns.
+func TestNodePortLoopbackWarning(t *testing.T) {
+	for _, c := range []struct {
+		flag []string
+		want string
+	}{
+		{[]string{"primary", "all"}, ""},
+		{[]string{"localhost", "primary", "::1/128"}, "--nodeport-addresses localhost,::1/128: node ports are not served on loopback addresses with IPVS; ignored"},
+	} {
+		o := NewOptions()
+		o.NodePortAddresses = c.flag
+		f, err := o.nodePortFilter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.warning(); got != c.want {
+			t.Errorf("%v: warning %q, want %q", c.flag, got, c.want)
+		}
 	}
 }
 

@@ -98,7 +98,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "How to tell cluster traffic (not masqueraded) from outside traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
 	fs.StringVar(&o.PodBridge, "pod-bridge-interface", o.PodBridge, "With --detect-local-mode=BridgeInterface: the bridge the pods are on.")
 	fs.StringVar(&o.PodIfacePrefix, "pod-interface-name-prefix", o.PodIfacePrefix, "With --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interfaces.")
-	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs); empty means every non-loopback address.")
+	fs.StringSliceVar(&o.NodePortAddresses, "nodeport-addresses", o.NodePortAddresses, "Which node addresses NodePort services answer on: CIDRs and/or \"primary\" (the node's InternalIPs) or \"all\"; empty means every non-loopback address. Loopback addresses (\"localhost\") are never served.")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "ip:port for /healthz and /livez; empty disables.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
 	fs.BoolVar(&o.EnableProfiling, "profiling", o.EnableProfiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the metrics address, as kube-proxy does.")
@@ -225,13 +225,24 @@ func (o *Options) nodePortFilter() (nodePortFilter, error) {
 	var f nodePortFilter
 	for _, s := range o.NodePortAddresses {
 		s = strings.TrimSpace(s)
-		if s == "primary" {
+		switch s {
+		case "primary":
 			f.primary = true
+			continue
+		case "all":
+			// kube-proxy's keyword for the zero CIDRs: every address.
+			f.cidrs = append(f.cidrs, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"))
+			continue
+		case "localhost":
+			f.loopback = append(f.loopback, s)
 			continue
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return f, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor \"primary\"", s)
+			return f, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor one of primary, all, localhost", s)
+		}
+		if p.Addr().IsLoopback() {
+			f.loopback = append(f.loopback, s)
 		}
 		f.cidrs = append(f.cidrs, p.Masked())
 	}

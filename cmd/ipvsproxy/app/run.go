@@ -155,6 +155,9 @@ func Run(ctx context.Context, o *Options) error {
 		Metrics:         metrics,
 	}, tracker, rec)
 	npFilter, _ := o.nodePortFilter()
+	if w := npFilter.warning(); w != "" {
+		klog.InfoS(w)
+	}
 	npFilter.nodeIP = nodeIP.Addr
 	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
 	node.refresh()
