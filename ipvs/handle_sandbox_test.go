@@ -67,7 +67,7 @@ func setupNetwork() error {
 }
 
 // newHandle opens a Handle on an empty IPVS table with default timeouts.
-func newHandle(t *testing.T) *Handle {
+func newHandle(t testing.TB) *Handle {
 	t.Helper()
 	h, err := New()
 	if err != nil {
@@ -79,7 +79,7 @@ func newHandle(t *testing.T) *Handle {
 	return h
 }
 
-func flush(t *testing.T, h *Handle) {
+func flush(t testing.TB, h *Handle) {
 	t.Helper()
 	vss, err := h.ListVirtualServers()
 	if err != nil {
