@@ -5,9 +5,9 @@ package ipvs
 // memory, parse it into slices of pointers, and keep reading forever when
 // a reply's sequence number does not match. Here each message is parsed
 // into one reused value and handed to the caller as it arrives, through
-// nlconn (bounded waits, restarts of lost dumps). Writes and timeouts
-// still go through moby/ipvs. The wire format is
-// include/uapi/linux/ip_vs.h.
+// nlconn (bounded waits, restarts of lost dumps). Writes are ours too
+// (write_linux.go); the global timeouts still go through moby/ipvs. The
+// wire format is include/uapi/linux/ip_vs.h.
 
 import (
 	"encoding/binary"
@@ -59,14 +59,10 @@ const (
 	statsOutBytes = 5
 )
 
-// dumper reads IPVS dumps over its own generic netlink socket.
-type dumper struct {
-	conn   *nlconn.Conn
-	family uint16 // the "IPVS" generic netlink family, resolved once
-}
-
-func (d *dumper) request(cmd uint8) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(int(d.family), unix.NLM_F_DUMP)
+// request starts an IPVS generic netlink request: NLM_F_DUMP for a
+// dump, NLM_F_ACK for a write.
+func (h *Handle) request(cmd uint8, flags int) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(int(h.family), flags)
 	req.AddData(&nl.Genlmsg{Command: cmd, Version: genlVersion})
 	return req
 }
@@ -81,7 +77,7 @@ func (d *dumper) request(cmd uint8) *nl.NetlinkRequest {
 // pass sees it right.
 func (h *Handle) WalkVirtualServers(reset func(), fn func(VirtualServer) error) error {
 	var fnErr error
-	err := h.dump.conn.Dump(h.dump.request(cmdGetService), reset, func(_ uint16, msg []byte) error {
+	err := h.dumps.Dump(h.request(cmdGetService, unix.NLM_F_DUMP), reset, func(_ uint16, msg []byte) error {
 		vs, ok, err := parseServiceMsg(msg)
 		if err != nil || !ok {
 			return err
@@ -102,10 +98,10 @@ func (h *Handle) WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer
 	if err := validateService(vs); err != nil {
 		return opError(verbWalkRealServers, vs, RealKey{}, "", err)
 	}
-	req := h.dump.request(cmdGetDest)
+	req := h.request(cmdGetDest, unix.NLM_F_DUMP)
 	req.AddData(serviceKeyAttr(vs))
 	var fnErr error
-	err := h.dump.conn.Dump(req, reset, func(_ uint16, msg []byte) error {
+	err := h.dumps.Dump(req, reset, func(_ uint16, msg []byte) error {
 		rs, err := parseDestMsg(msg, family(vs.Address))
 		if err != nil {
 			return err

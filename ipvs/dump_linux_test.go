@@ -102,7 +102,7 @@ func part(seq uint32, payload []byte, flags uint16) []byte {
 
 func scriptedHandle(t *testing.T, answer nlconntest.Answer) (*Handle, *nlconntest.Kernel) {
 	c, k := nlconntest.New(t, answer)
-	return &Handle{dump: dumper{conn: c, family: testFamily}}, k
+	return &Handle{family: testFamily, dumps: c, writes: c}, k
 }
 
 var (

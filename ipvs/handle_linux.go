@@ -3,7 +3,6 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -16,18 +15,22 @@ import (
 )
 
 // Handle programs the kernel's IPVS tables of the current network
-// namespace over generic netlink: writes and timeouts through one
-// moby/ipvs handle, dumps with our own requests on a second socket (see
-// dump_linux.go for why).
+// namespace over generic netlink, with our own requests (see
+// write_linux.go and dump_linux.go for why): writes on one socket, dumps
+// on another with a large receive buffer. moby/ipvs is left with the
+// global timeouts.
 //
 // moby/ipvs matches replies to requests by sequence number and, on a
 // mismatch, keeps reading forever; two goroutines sharing its socket can
 // therefore swallow each other's replies and hang (kube-proxy hit exactly
 // this). Every call to it holds mu for the whole request/reply exchange.
+// Our sockets (nlconn) serialise their own exchanges.
 type Handle struct {
-	mu   sync.Mutex
-	h    *mobyipvs.Handle
-	dump dumper
+	mu     sync.Mutex
+	h      *mobyipvs.Handle
+	family uint16 // the "IPVS" generic netlink family, resolved once
+	writes *nlconn.Conn
+	dumps  *nlconn.Conn
 }
 
 var _ Interface = (*Handle)(nil)
@@ -43,16 +46,22 @@ func New() (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_GENERIC, RcvBuf: nlconn.DefaultRcvBuf})
+	writes, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_GENERIC})
 	if err != nil {
+		return nil, fmt.Errorf("open IPVS netlink socket: %w", err)
+	}
+	dumps, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_GENERIC, RcvBuf: nlconn.DefaultRcvBuf})
+	if err != nil {
+		writes.Close()
 		return nil, fmt.Errorf("open IPVS dump socket: %w", err)
 	}
 	h, err := mobyipvs.New("")
 	if err != nil {
-		conn.Close()
+		writes.Close()
+		dumps.Close()
 		return nil, fmt.Errorf("open IPVS netlink socket: %w", err)
 	}
-	return &Handle{h: h, dump: dumper{conn: conn, family: fam}}, nil
+	return &Handle{h: h, family: fam, writes: writes, dumps: dumps}, nil
 }
 
 // ipvsFamily looks up the "IPVS" generic netlink family ourselves,
@@ -75,7 +84,8 @@ func (h *Handle) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.h.Close()
-	h.dump.conn.Close()
+	h.writes.Close()
+	h.dumps.Close()
 }
 
 // ListVirtualServers dumps every virtual server, in the kernel's hash
@@ -97,33 +107,30 @@ func (h *Handle) ListVirtualServers() ([]VirtualServer, error) {
 
 // AddVirtualServer creates vs; IsExist(err) when it is already there.
 func (h *Handle) AddVirtualServer(vs VirtualServer) error {
-	return h.serviceCmd(verbAddVirtualServer, vs, (*mobyipvs.Handle).NewService)
+	return h.serviceCmd(verbAddVirtualServer, cmdNewService, vs)
 }
 
 // UpdateVirtualServer changes the scheduler, flags and timeout of an
 // existing vs; IsNotExist(err) when there is none.
 func (h *Handle) UpdateVirtualServer(vs VirtualServer) error {
-	return h.serviceCmd(verbUpdateVirtualServer, vs, (*mobyipvs.Handle).UpdateService)
+	return h.serviceCmd(verbUpdateVirtualServer, cmdSetService, vs)
 }
 
 // DeleteVirtualServer deletes the virtual server and, in the kernel, all
 // its real servers; IsNotExist(err) when there is none.
 func (h *Handle) DeleteVirtualServer(key ServiceKey) error {
-	return h.serviceCmd(verbDeleteVirtualServer, VirtualServer{ServiceKey: key}, (*mobyipvs.Handle).DelService)
+	return h.serviceCmd(verbDeleteVirtualServer, cmdDelService, VirtualServer{ServiceKey: key})
 }
 
-func (h *Handle) serviceCmd(verb string, vs VirtualServer, cmd func(*mobyipvs.Handle, *mobyipvs.Service) error) error {
+func (h *Handle) serviceCmd(verb string, cmd uint8, vs VirtualServer) error {
 	validate := validateVirtualServer
-	if verb == verbDeleteVirtualServer {
+	if cmd == cmdDelService {
 		validate = func(vs VirtualServer) error { return validateService(vs.ServiceKey) }
 	}
 	if err := validate(vs); err != nil {
 		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
 	}
-	s := toMobyService(vs)
-	h.mu.Lock()
-	err := cmd(h.h, s)
-	h.mu.Unlock()
+	err := h.writes.Execute(h.serviceRequest(cmd, vs), nil)
 	return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
 }
 
@@ -145,30 +152,26 @@ func (h *Handle) ListRealServers(vs ServiceKey) ([]RealServer, error) {
 // AddRealServer adds rs to vs with masquerading; IsExist(err) when rs is
 // already there, IsNotExist(err) when vs is not.
 func (h *Handle) AddRealServer(vs ServiceKey, rs RealServer) error {
-	return h.destCmd(verbAddRealServer, vs, rs, (*mobyipvs.Handle).NewDestination)
+	return h.destCmd(verbAddRealServer, cmdNewDest, vs, rs)
 }
 
 // UpdateRealServer sets the weight of an existing rs; IsNotExist(err) when
 // rs or vs is not there.
 func (h *Handle) UpdateRealServer(vs ServiceKey, rs RealServer) error {
-	return h.destCmd(verbUpdateRealServer, vs, rs, (*mobyipvs.Handle).UpdateDestination)
+	return h.destCmd(verbUpdateRealServer, cmdSetDest, vs, rs)
 }
 
 // DeleteRealServer removes rs from vs; IsNotExist(err) when rs or vs is
 // not there.
 func (h *Handle) DeleteRealServer(vs ServiceKey, rs RealKey) error {
-	return h.destCmd(verbDeleteRealServer, vs, RealServer{RealKey: rs}, (*mobyipvs.Handle).DelDestination)
+	return h.destCmd(verbDeleteRealServer, cmdDelDest, vs, RealServer{RealKey: rs})
 }
 
-func (h *Handle) destCmd(verb string, vs ServiceKey, rs RealServer, cmd func(*mobyipvs.Handle, *mobyipvs.Service, *mobyipvs.Destination) error) error {
+func (h *Handle) destCmd(verb string, cmd uint8, vs ServiceKey, rs RealServer) error {
 	if err := validateReal(vs, rs); err != nil {
 		return opError(verb, vs, rs.RealKey, "", err)
 	}
-	s := toMobyService(VirtualServer{ServiceKey: vs})
-	d := toMobyDestination(rs)
-	h.mu.Lock()
-	err := cmd(h.h, s, d)
-	h.mu.Unlock()
+	err := h.writes.Execute(h.destRequest(cmd, vs, rs), nil)
 	return opError(verb, vs, rs.RealKey, "", err)
 }
 
@@ -202,36 +205,4 @@ func family(a netip.Addr) uint16 {
 		return syscall.AF_INET
 	}
 	return syscall.AF_INET6
-}
-
-// toMobyService fills what the kernel needs to find or program a service.
-// The netmask only matters for persistence granularity; we use the
-// per-client default ipvsadm uses (/32, /128). The kernel rejects an IPv6
-// service whose netmask is not 1-128, so it must be set even when unused.
-func toMobyService(vs VirtualServer) *mobyipvs.Service {
-	mask := uint32(0xffffffff)
-	if vs.Address.Is6() {
-		mask = 128
-	}
-	return &mobyipvs.Service{
-		Address:       net.IP(vs.Address.AsSlice()),
-		Protocol:      uint16(vs.Protocol),
-		Port:          vs.Port,
-		SchedName:     vs.Scheduler,
-		Flags:         uint32(vs.Flags &^ FlagHashed),
-		Timeout:       vs.Timeout,
-		Netmask:       mask,
-		AddressFamily: family(vs.Address),
-	}
-}
-
-// toMobyDestination always asks for masquerading (NAT), as kube-proxy does.
-func toMobyDestination(rs RealServer) *mobyipvs.Destination {
-	return &mobyipvs.Destination{
-		Address:         net.IP(rs.Address.AsSlice()),
-		Port:            rs.Port,
-		Weight:          int(rs.Weight),
-		ConnectionFlags: mobyipvs.ConnectionFlagMasq,
-		AddressFamily:   family(rs.Address),
-	}
 }
