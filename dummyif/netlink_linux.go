@@ -3,7 +3,6 @@ package dummyif
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -22,9 +21,10 @@ import (
 // behind its back, the next operation sees ENODEV, looks the link up again
 // and retries once.
 type Netlink struct {
-	name  string
-	h     *netlink.Handle
-	dumps *nlconn.Conn // address dumps (addrdump_linux.go)
+	name   string
+	h      *netlink.Handle // link lookups and changes (rare)
+	writes *nlconn.Conn    // address writes (addrwrite_linux.go)
+	dumps  *nlconn.Conn    // address dumps (addrdump_linux.go)
 
 	mu    sync.Mutex
 	index int // 0 while unknown
@@ -47,18 +47,24 @@ func New(linkName string) (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
 	}
-	d, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE, RcvBuf: nlconn.DefaultRcvBuf, StrictCheck: true})
+	w, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE})
 	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
 	}
-	return &Netlink{name: linkName, h: h, dumps: d}, nil
+	d, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE, RcvBuf: nlconn.DefaultRcvBuf, StrictCheck: true})
+	if err != nil {
+		h.Close()
+		w.Close()
+		return nil, fmt.Errorf("open rtnetlink socket for link %s: %w", linkName, err)
+	}
+	return &Netlink{name: linkName, h: h, writes: w, dumps: d}, nil
 }
 
 // Close releases the netlink sockets.
 func (n *Netlink) Close() error {
 	n.h.Close()
-	return n.dumps.Close()
+	return errors.Join(n.writes.Close(), n.dumps.Close())
 }
 
 // LinkName is the name of the managed link.
@@ -162,14 +168,14 @@ func (n *Netlink) forget(stale int) {
 	n.mu.Unlock()
 }
 
-// withLink runs op against the link, re-resolving the index once when the
-// cached one no longer names a device.
-func (n *Netlink) withLink(op func(link netlink.Link) error) error {
+// withLink runs op against the link's index, re-resolving the index once
+// when the cached one no longer names a device.
+func (n *Netlink) withLink(op func(idx int) error) error {
 	idx, err := n.linkIndex()
 	if err != nil {
 		return err
 	}
-	err = op(n.linkRef(idx))
+	err = op(idx)
 	if !errors.Is(err, unix.ENODEV) {
 		return err
 	}
@@ -177,13 +183,7 @@ func (n *Netlink) withLink(op func(link netlink.Link) error) error {
 	if idx, err = n.linkIndex(); err != nil {
 		return err
 	}
-	return op(n.linkRef(idx))
-}
-
-// linkRef is a Link value carrying only what address requests need, so
-// they do not trigger a lookup inside the netlink library.
-func (n *Netlink) linkRef(idx int) netlink.Link {
-	return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: n.name, Index: idx}}
+	return op(idx)
 }
 
 // AddAddress binds addr as a host route (/32 or /128). IPv6 addresses are
@@ -194,11 +194,10 @@ func (n *Netlink) linkRef(idx int) netlink.Link {
 // up and ARP on); the flag is a free guard for kernels and link settings
 // we have not tested.
 func (n *Netlink) AddAddress(addr netip.Addr) error {
-	a, err := toNetlinkAddr(addr)
-	if err != nil {
+	if err := checkAddr(addr); err != nil {
 		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
 	}
-	err = n.withLink(func(link netlink.Link) error { return n.h.AddrAdd(link, a) })
+	err := n.withLink(func(idx int) error { return n.writes.Execute(addrRequest(unix.RTM_NEWADDR, idx, addr), nil) })
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
 	}
@@ -208,11 +207,10 @@ func (n *Netlink) AddAddress(addr netip.Addr) error {
 // DeleteAddress unbinds addr. An address that is not bound, or a link that
 // does not exist, is success: either way the address is not there.
 func (n *Netlink) DeleteAddress(addr netip.Addr) error {
-	a, err := toNetlinkAddr(addr)
-	if err != nil {
+	if err := checkAddr(addr); err != nil {
 		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
 	}
-	err = n.withLink(func(link netlink.Link) error { return n.h.AddrDel(link, a) })
+	err := n.withLink(func(idx int) error { return n.writes.Execute(addrRequest(unix.RTM_DELADDR, idx, addr), nil) })
 	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, ErrNoLink) {
 		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
 	}
@@ -265,21 +263,6 @@ func sortedUnique(addrs []netip.Addr) []netip.Addr {
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	return slices.Compact(addrs)
-}
-
-// toNetlinkAddr builds the host-route address for addr. IPv4-mapped IPv6
-// addresses are unmapped and zones dropped: the kernel stores neither.
-func toNetlinkAddr(addr netip.Addr) (*netlink.Addr, error) {
-	if !addr.IsValid() {
-		return nil, errors.New("invalid address")
-	}
-	addr = addr.Unmap().WithZone("")
-	bits := addr.BitLen()
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
-	if addr.Is6() {
-		a.Flags = unix.IFA_F_NODAD
-	}
-	return a, nil
 }
 
 func isLinkNotFound(err error) bool {

@@ -1,0 +1,54 @@
+package dummyif
+
+// Address writes, sent on a blocking socket of our own (nlconn) rather
+// than through vishvananda/netlink's Handle, which reads each
+// acknowledgement through the runtime poller on a non-blocking socket
+// and asks the kernel for the socket's port id (getsockname) on every
+// request: several system calls and allocations per write. A node binds
+// one address per service IP, so programming 100,000 services is 100,000
+// of these.
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// checkAddr refuses what cannot be bound.
+func checkAddr(addr netip.Addr) error {
+	if !addr.IsValid() {
+		return errors.New("invalid address")
+	}
+	return nil
+}
+
+// addrRequest is RTM_NEWADDR (create, failing with EEXIST when bound) or
+// RTM_DELADDR for addr as a host route (/32 or /128) on link idx, as
+// `ip addr add ADDR/32 dev kube-ipvs0` sends it: IFA_LOCAL and
+// IFA_ADDRESS both the address. IPv4-mapped IPv6 addresses are unmapped
+// and zones dropped: the kernel stores neither. IPv6 addresses are added
+// with IFA_F_NODAD (see AddAddress).
+func addrRequest(typ int, idx int, addr netip.Addr) *nl.NetlinkRequest {
+	addr = addr.Unmap().WithZone("")
+	flags := unix.NLM_F_ACK
+	if typ == unix.RTM_NEWADDR {
+		flags |= unix.NLM_F_CREATE | unix.NLM_F_EXCL
+	}
+	req := nl.NewNetlinkRequest(typ, flags)
+	family := unix.AF_INET
+	if addr.Is6() {
+		family = unix.AF_INET6
+	}
+	msg := nl.NewIfAddrmsg(family)
+	msg.Prefixlen = uint8(addr.BitLen())
+	msg.Index = uint32(idx)
+	if addr.Is6() && typ == unix.RTM_NEWADDR {
+		msg.Flags = unix.IFA_F_NODAD
+	}
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, addr.AsSlice()))
+	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, addr.AsSlice()))
+	return req
+}

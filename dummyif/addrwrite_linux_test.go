@@ -1,0 +1,72 @@
+package dummyif
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn/nlconntest"
+)
+
+// addrText prints an address request as the kernel's inet_rtm_newaddr /
+// inet6_rtm_newaddr read it: type, flags, the ifaddrmsg, the attributes.
+func addrText(req []byte) string {
+	typ, flags := binary.NativeEndian.Uint16(req[4:]), binary.NativeEndian.Uint16(req[6:])
+	m := nl.DeserializeIfAddrmsg(req[unix.NLMSG_HDRLEN:])
+	out := fmt.Sprintf("type %d flags %#x family %d prefixlen %d flags %#x scope %d index %d", typ, flags,
+		m.Family, m.Prefixlen, m.Flags, m.Scope, m.Index)
+	var attrs []string
+	for it := nlconn.Attrs(req[unix.NLMSG_HDRLEN+unix.SizeofIfAddrmsg:]); it.Next(); {
+		name := map[uint16]string{unix.IFA_LOCAL: "local", unix.IFA_ADDRESS: "address"}[it.Type]
+		attrs = append(attrs, name+"="+hex.EncodeToString(it.Value))
+	}
+	return out + " " + strings.Join(attrs, " ")
+}
+
+// Adding binds a host route, creating it exclusively (an address bound
+// already is EEXIST, success for us); IPv6 without duplicate address
+// detection; mapped IPv4 unmapped. Deleting names the same; an address
+// that is not there is success too; other refusals are errors.
+func TestAddressWritesWire(t *testing.T) {
+	errnos := []unix.Errno{0, syscall.EEXIST, 0, 0, syscall.EADDRNOTAVAIL, syscall.EPERM}
+	c, k := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any { return []any{nlconntest.Ack(seq, errnos[n])} })
+	n := &Netlink{name: DefaultLinkName, writes: c, index: 7}
+	v4, v6 := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::10")
+	mapped := netip.MustParseAddr("::ffff:10.96.0.11")
+	for i, err := range []error{n.AddAddress(v4), n.AddAddress(mapped), n.AddAddress(v6), n.DeleteAddress(v4), n.DeleteAddress(v6)} {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	if err := n.DeleteAddress(v4); err == nil || !strings.Contains(err.Error(), "delete address 10.96.0.10 from kube-ipvs0: operation not permitted") {
+		t.Errorf("EPERM: %v", err)
+	}
+	if err := n.AddAddress(netip.Addr{}); err == nil {
+		t.Error("an invalid address was accepted")
+	}
+	const newFlags, delFlags = "0x605", "0x5" // REQUEST|ACK|EXCL|CREATE; REQUEST|ACK
+	want := []string{
+		"type 20 flags " + newFlags + " family 2 prefixlen 32 flags 0x0 scope 0 index 7 local=0a60000a address=0a60000a",
+		"type 20 flags " + newFlags + " family 2 prefixlen 32 flags 0x0 scope 0 index 7 local=0a60000b address=0a60000b",
+		"type 20 flags " + newFlags + " family 10 prefixlen 128 flags 0x2 scope 0 index 7 local=fd000000000000000000000000000010 address=fd000000000000000000000000000010",
+		"type 21 flags " + delFlags + " family 2 prefixlen 32 flags 0x0 scope 0 index 7 local=0a60000a address=0a60000a",
+		"type 21 flags " + delFlags + " family 10 prefixlen 128 flags 0x0 scope 0 index 7 local=fd000000000000000000000000000010 address=fd000000000000000000000000000010",
+		"type 21 flags " + delFlags + " family 2 prefixlen 32 flags 0x0 scope 0 index 7 local=0a60000a address=0a60000a",
+	}
+	if len(k.Reqs) != len(want) {
+		t.Fatalf("%d requests, want %d", len(k.Reqs), len(want))
+	}
+	for i, req := range k.Reqs {
+		if got := addrText(req); got != want[i] {
+			t.Errorf("request %d:\n%s\nwant\n%s", i, got, want[i])
+		}
+	}
+}
