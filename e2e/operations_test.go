@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -126,7 +124,19 @@ func TestFirewallReloadRestored(t *testing.T) {
 	if !strings.Contains(before, ":KUBE-PROXY-CANARY ") || !strings.Contains(before, "-A KUBE-SERVICES ") {
 		t.Fatalf("nat table lacks the canary chain or KUBE-SERVICES rules before the test:\n%s", before)
 	}
-	restores := canaryRestores(t)
+	// Break the rules just after a full pass has finished: the pass syncs
+	// the rules too, and must not be the one to repair them (the next
+	// pass is a sync period, 10 s, away; the monitor polls every second).
+	passes := metric(t, fullPassesMetric)
+	if err := framework.Eventually(15*time.Second, 20*time.Millisecond, func() error {
+		if metric(t, fullPassesMetric) <= passes {
+			return fmt.Errorf("no full pass finished")
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("waiting for a full pass: %v", err)
+	}
+	restores := metric(t, canaryRestoresMetric)
 	for _, args := range [][]string{{"-t", "nat", "-F", "KUBE-SERVICES"}, {"-t", "nat", "-X", "KUBE-PROXY-CANARY"}} {
 		if _, err := framework.Run("iptables-legacy", args...); err != nil {
 			t.Fatal(err)
@@ -155,7 +165,7 @@ func TestFirewallReloadRestored(t *testing.T) {
 	// trail the restored table by a moment.
 	var after float64
 	if err := framework.Eventually(2*time.Second, 50*time.Millisecond, func() error {
-		if after = canaryRestores(t); after <= restores {
+		if after = metric(t, canaryRestoresMetric); after <= restores {
 			return fmt.Errorf("not counted yet")
 		}
 		return nil
@@ -239,32 +249,11 @@ func TestDiffAcceptsVerbosity(t *testing.T) {
 	}
 }
 
-// canaryRestores reads ipvsproxy_iptables_canary_restores_total from the
-// proxy's /metrics (--metrics-bind-address).
-func canaryRestores(t *testing.T) float64 {
-	t.Helper()
-	const name = "ipvsproxy_iptables_canary_restores_total"
-	resp, err := http.Get("http://" + theProxy.Flag("metrics-bind-address", "127.0.0.1:10249") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(body), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == name {
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				t.Fatalf("%s: %v", l, err)
-			}
-			return v
-		}
-	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
-}
+// The proxy's counters TestFirewallReloadRestored reads.
+const (
+	canaryRestoresMetric = "ipvsproxy_iptables_canary_restores_total"
+	fullPassesMetric     = "kubeproxy_sync_full_proxy_rules_duration_seconds_count"
+)
 
 // After start the kernel has the settings ipvsproxy makes: IPVS
 // conntrack and expiry sysctls, ip_forward, nf_conntrack_max =
