@@ -34,6 +34,9 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-N", "MY-CHAIN")
 	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-j", "MY-CHAIN")
 	sandboxtest.Run(t, "iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	// ipvsproxy also writes the mangle table; a kernel instantiates a table
+	// on first use, and so does iptables-save list it.
+	sandboxtest.Run(t, "iptables-legacy", "-t", "mangle", "-N", "MY-MANGLE")
 	sandboxtest.Run(t, "ip", "link", "add", "eth9", "type", "dummy")
 	sandboxtest.Run(t, "ip", "addr", "add", "192.168.1.10/24", "dev", "eth9")
 	iptBefore, vsBefore, setsBefore := sandboxtest.Run(t, "iptables-legacy-save"), sandboxtest.Run(t, "ipvsadm", "-Sn"), sandboxtest.Run(t, "ipset", "list", "-n")
