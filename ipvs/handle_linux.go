@@ -59,7 +59,7 @@ func New() (*Handle, error) {
 	if err != nil {
 		writes.Close()
 		dumps.Close()
-		return nil, fmt.Errorf("open IPVS netlink socket: %w", err)
+		return nil, fmt.Errorf("open IPVS netlink socket (timeouts): %w", err)
 	}
 	return &Handle{h: h, family: fam, writes: writes, dumps: dumps}, nil
 }
