@@ -202,6 +202,8 @@ func TestSchedulerAnnotation(t *testing.T) {
 		return fmt.Errorf("no IPVSProxyInvalidService event naming \"bogus\" (have %q)", evs)
 	})
 	waitSchedulerIs(t, badKey, "rr")
+	// The virtual server can be there before the EndpointSlice is.
+	waitReals(t, badKey, reals(pods, 8080))
 	expectAllAnswer(t, framework.GetTCP, bad.VIP, 80, 10, pods)
 
 	if _, err := cluster.UpdateService(ctx(t), ns, "bad", func(s *corev1.Service) {
