@@ -61,12 +61,5 @@ func TestAddressWritesWire(t *testing.T) {
 		"type 21 flags " + delFlags + " family 10 prefixlen 128 flags 0x0 scope 0 index 7 local=fd000000000000000000000000000010 address=fd000000000000000000000000000010",
 		"type 21 flags " + delFlags + " family 2 prefixlen 32 flags 0x0 scope 0 index 7 local=0a60000a address=0a60000a",
 	}
-	if len(k.Reqs) != len(want) {
-		t.Fatalf("%d requests, want %d", len(k.Reqs), len(want))
-	}
-	for i, req := range k.Reqs {
-		if got := addrText(req); got != want[i] {
-			t.Errorf("request %d:\n%s\nwant\n%s", i, got, want[i])
-		}
-	}
+	k.ExpectRequests(addrText, want)
 }

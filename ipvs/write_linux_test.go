@@ -84,14 +84,7 @@ func TestWriteRequestsWire(t *testing.T) {
 		"cmd 6\n" + svc4 + "\ndest addr=0af40105 port=20fb fwd=00000000 weight=00000000 u_thresh=00000000 l_thresh=00000000",
 		"cmd 7\n" + svc4 + "\ndest addr=0af40105 port=20fb",
 	}
-	if len(k.Reqs) != len(want) {
-		t.Fatalf("%d requests, want %d", len(k.Reqs), len(want))
-	}
-	for i, req := range k.Reqs {
-		if got := wireText(t, req); got != want[i] {
-			t.Errorf("request %d:\n%s\nwant\n%s", i, got, want[i])
-		}
-	}
+	k.ExpectRequests(func(req []byte) string { return wireText(t, req) }, want)
 }
 
 // The kernel's refusal comes back as the OpError callers test with

@@ -1,5 +1,5 @@
 // Package nlconntest is a scripted netlink kernel for testing code that
-// reads dumps through nlconn: each request is answered with datagrams
+// sends requests and reads dumps through nlconn: each request is answered with datagrams
 // (or receive errors) a test builds for the request's sequence number,
 // so multi-part dumps, interrupted dumps, error acknowledgements, lost
 // messages and timeouts can all be fed to the real receive loop.
@@ -47,6 +47,23 @@ func New(t testing.TB, answer Answer) (*nlconn.Conn, *Kernel) {
 		return &socket{k: k}, nil
 	})
 	return c, k
+}
+
+// ExpectRequests compares every request sent so far, each printed by
+// text (a test's decoder of its protocol), with want, in order.
+func (k *Kernel) ExpectRequests(text func(req []byte) string, want []string) {
+	k.t.Helper()
+	k.mu.Lock()
+	reqs := slices.Clone(k.Reqs)
+	k.mu.Unlock()
+	if len(reqs) != len(want) {
+		k.t.Fatalf("%d requests, want %d", len(reqs), len(want))
+	}
+	for i, req := range reqs {
+		if got := text(req); got != want[i] {
+			k.t.Errorf("request %d:\n%s\nwant\n%s", i, got, want[i])
+		}
+	}
 }
 
 // Counts returns requests sent, sockets opened and sockets closed.
