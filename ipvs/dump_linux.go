@@ -22,51 +22,6 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
-const (
-	genlVersion = 1 // IPVS_GENL_VERSION
-
-	cmdGetService = 4 // IPVS_CMD_GET_SERVICE
-	cmdGetDest    = 8 // IPVS_CMD_GET_DEST
-
-	attrCmdService = 1 // IPVS_CMD_ATTR_SERVICE
-	attrCmdDest    = 2 // IPVS_CMD_ATTR_DEST
-
-	// IPVS_SVC_ATTR_*
-	svcAF        = 1
-	svcProtocol  = 2
-	svcAddr      = 3
-	svcPort      = 4
-	svcFWMark    = 5
-	svcSchedName = 6
-	svcFlags     = 7
-	svcTimeout   = 8
-	svcStats     = 10
-	svcStats64   = 12
-
-	// IPVS_DEST_ATTR_*
-	destAddr        = 1
-	destPort        = 2
-	destWeight      = 4
-	destActiveConns = 7
-	destInactConns  = 8
-	destAF          = 11
-
-	// IPVS_STATS_ATTR_*
-	statsConns    = 1
-	statsInPkts   = 2
-	statsOutPkts  = 3
-	statsInBytes  = 4
-	statsOutBytes = 5
-)
-
-// request starts an IPVS generic netlink request: NLM_F_DUMP for a
-// dump, NLM_F_ACK for a write.
-func (h *Handle) request(cmd uint8, flags int) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(int(h.family), flags)
-	req.AddData(&nl.Genlmsg{Command: cmd, Version: genlVersion})
-	return req
-}
-
 // WalkVirtualServers implements Interface with one IPVS_CMD_GET_SERVICE
 // dump. Firewall-mark services (which have no address) are skipped: they
 // are not ours and ServiceKey cannot name them.

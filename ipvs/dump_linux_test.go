@@ -63,7 +63,7 @@ func (w wireService) msg() []byte {
 	a.AddRtAttr(svcSchedName, nl.ZeroTerminated(w.vs.Scheduler))
 	a.AddRtAttr(svcFlags, append(u32(uint32(w.vs.Flags)), u32(0xffffffff)...))
 	a.AddRtAttr(svcTimeout, u32(w.vs.Timeout))
-	a.AddRtAttr(9, u32(0xffffffff)) // IPVS_SVC_ATTR_NETMASK
+	a.AddRtAttr(svcNetmask, u32(0xffffffff))
 	st := nl.NewRtAttr(svcStats|int(nl.NLA_F_NESTED), nil)
 	st.AddRtAttr(statsConns, u32(uint32(w.stats32.Connections)))
 	st.AddRtAttr(statsInPkts, u32(uint32(w.stats32.PacketsIn)))
@@ -85,7 +85,7 @@ func destMsg(rs RealServer, withAF bool) []byte {
 	a := nl.NewRtAttr(attrCmdDest|int(nl.NLA_F_NESTED), nil)
 	a.AddRtAttr(destAddr, addr16(rs.Address))
 	a.AddRtAttr(destPort, binary.BigEndian.AppendUint16(nil, rs.Port))
-	a.AddRtAttr(3, u32(0)) // IPVS_DEST_ATTR_FWD_METHOD: masquerade
+	a.AddRtAttr(destFwdMethod, u32(fwdMasq))
 	a.AddRtAttr(destWeight, u32(uint32(rs.Weight)))
 	a.AddRtAttr(destActiveConns, u32(uint32(rs.ActiveConns)))
 	a.AddRtAttr(destInactConns, u32(uint32(rs.InactiveConns)))

@@ -20,23 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	cmdNewService = 1 // IPVS_CMD_NEW_SERVICE
-	cmdSetService = 2 // IPVS_CMD_SET_SERVICE
-	cmdDelService = 3 // IPVS_CMD_DEL_SERVICE
-	cmdNewDest    = 5 // IPVS_CMD_NEW_DEST
-	cmdSetDest    = 6 // IPVS_CMD_SET_DEST
-	cmdDelDest    = 7 // IPVS_CMD_DEL_DEST
-
-	svcNetmask = 9 // IPVS_SVC_ATTR_NETMASK
-
-	destFwdMethod  = 3 // IPVS_DEST_ATTR_FWD_METHOD
-	destUThreshold = 5 // IPVS_DEST_ATTR_U_THRESH
-	destLThreshold = 6 // IPVS_DEST_ATTR_L_THRESH
-
-	fwdMasq = 0 // IP_VS_CONN_F_MASQ: masquerading (NAT), as kube-proxy
-)
-
 // serviceAttr is IPVS_CMD_ATTR_SERVICE for a write: the key alone for a
 // deletion or a destination command (the kernel only looks the service
 // up), every field for a new or changed service (the kernel requires the

@@ -1,8 +1,9 @@
 // Package nlconntest is a scripted netlink kernel for testing code that
-// sends requests and reads dumps through nlconn: each request is answered with datagrams
-// (or receive errors) a test builds for the request's sequence number,
-// so multi-part dumps, interrupted dumps, error acknowledgements, lost
-// messages and timeouts can all be fed to the real receive loop.
+// sends requests and reads dumps through nlconn: each request is
+// answered with datagrams (or receive errors) a test builds for the
+// request's sequence number, so multi-part dumps, interrupted dumps,
+// error acknowledgements, lost messages and timeouts can all be fed to
+// the real receive loop.
 package nlconntest
 
 import (
