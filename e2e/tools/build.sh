@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # build.sh: build the sandbox's cluster commands from the pinned tools
-# module into e2e/.cache/bin/NAME-VERSION, only when that file is missing
+# module into $E2E_CACHE/bin/NAME-VERSION, only when that file is missing
 # (the first kube-apiserver build takes ~12 minutes on 2 cores, so it is
 # cached). etcd is etcd's own server at the version Kubernetes pins.
+#
+# The cache lives outside the checkout (default: the user's cache folder,
+# ~/.cache/ipvsproxy-e2e), so a fresh clone on the same machine — CI's
+# case — finds the binaries the last one built. NAME-VERSION is the key:
+# a version bump in go.mod builds anew.
 #
 #   e2e/tools/build.sh [kube-apiserver] [kube-proxy] [etcd] ...
 #
@@ -10,7 +15,7 @@
 # are static and run inside the user-mode-Linux guest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${E2E_CACHE:-$here/../.cache}
+cache=${E2E_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ipvsproxy-e2e}
 # module_version MODULE: the version go.mod requires of MODULE.
 module_version() {
   grep -o "$1 v[0-9.]*" "$here/go.mod" | head -1 | cut -d' ' -f2
