@@ -58,7 +58,7 @@ func TestLeastPrivilege(t *testing.T) {
 	if _, err := framework.Run("ipvsadm", "-D", "-t", ts.VIP+":80"); err != nil {
 		t.Fatal(err)
 	}
-	waitKernel(t, framework.SyncPeriod+framework.SyncPeriod/2, "drift repaired by the limited proxy", ts.kernelMatches)
+	waitKernel(t, passTimeout, "drift repaired by the limited proxy", ts.kernelMatches)
 }
 
 // effectiveCaps reads CapEff of the proxy: the shell exec'd setpriv, which

@@ -236,7 +236,7 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 			if got, _ := framework.NatRules(); strings.Join(got, "\n") == strings.Join(want, "\n") {
 				t.Fatal("breaking the rules by hand had no visible effect")
 			}
-			waitKernel(t, framework.SyncPeriod+framework.SyncPeriod/2, "nat rules restored", func() error {
+			waitKernel(t, passTimeout, "nat rules restored", func() error {
 				got, err := framework.NatRules()
 				if err != nil {
 					return err
@@ -340,7 +340,7 @@ func TestCleanupKeepsForeign(t *testing.T) {
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitKernel(t, framework.SyncPeriod, "state rebuilt after cleanup and restart", ts.kernelMatches)
+	waitKernel(t, programTimeout, "state rebuilt after cleanup and restart", ts.kernelMatches)
 }
 
 // checkCleaned: nothing of ipvsproxy's is left, the foreign objects are.

@@ -131,7 +131,7 @@ func TestDriftRepaired(t *testing.T) {
 			// for the pass itself on a single-CPU guest of a loaded host
 			// (seen up to ~1.3 s). Half a period of slack still tells "the
 			// next pass" from "the one after".
-			waitKernel(t, framework.SyncPeriod+framework.SyncPeriod/2, "repaired", ts.kernelMatches)
+			waitKernel(t, passTimeout, "repaired", ts.kernelMatches)
 			expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
 		})
 	}

@@ -165,7 +165,7 @@ func TestIPVSExcludeCIDRs(t *testing.T) {
 			}
 		}
 	}
-	waitKernel(t, framework.SyncPeriod+framework.SyncPeriod/2, "stray VS and address removed by a full pass", func() error {
+	waitKernel(t, passTimeout, "stray VS and address removed by a full pass", func() error {
 		vss, err := framework.IPVS()
 		if err != nil {
 			return err
@@ -296,7 +296,7 @@ func TestSchedulerModuleMissing(t *testing.T) {
 	}
 
 	restore()
-	waitKernel(t, 2*framework.SyncPeriod+framework.SyncPeriod/2, key+" switched to "+sched+" once the module is back", func() error {
+	waitKernel(t, 2*passTimeout, key+" switched to "+sched+" once the module is back", func() error {
 		vss, err := framework.IPVS()
 		if err != nil {
 			return err

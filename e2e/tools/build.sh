@@ -34,11 +34,13 @@ for name in "$@"; do
   if [ ! -x "$out" ]; then
     echo "build.sh: building $name $version (cached at $out)" >&2
     start=$(date +%s)
-    # Build to a temporary name first: an interrupted build must not leave
-    # a half-written binary that a later run would take as cached.
+    # Build to a temporary name of this process's first: an interrupted
+    # build must not leave a half-written binary that a later run would
+    # take as cached, and two checkouts building at once must not write
+    # the same file (the cache is shared).
     (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' \
-      -o "$out.tmp" "$pkg")
-    mv "$out.tmp" "$out"
+      -o "$out.tmp.$$" "$pkg")
+    mv -f "$out.tmp.$$" "$out"
     echo "build.sh: $name built in $(( $(date +%s) - start ))s" >&2
   fi
   (cd "$(dirname "$out")" && echo "$PWD/$(basename "$out")")
