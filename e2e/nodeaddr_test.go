@@ -16,7 +16,9 @@ import (
 // on the node's interfaces (except kube-ipvs0) as they come and go, within
 // --nodeport-addresses. ipvsproxy reads the addresses every
 // nodeAddrPollPeriod (cmd/ipvsproxy/app/nodewatch.go, run.go) and then
-// re-syncs the node ports.
+// syncs the services with node ports, as for any change: the proxy here
+// runs with a sync period of an hour, so no periodic full pass can be the
+// one that follows the address.
 
 // nodeAddrPollPeriod is how often ipvsproxy reads the node's addresses.
 const nodeAddrPollPeriod = 5 * time.Second
@@ -93,7 +95,7 @@ func nodePortService(t *testing.T, name string) (*testService, int) {
 // and from a client; removed, its virtual server goes, and the node IP's
 // stays. kube-ipvs0's addresses (the ClusterIP) never get one.
 func TestNodeAddrAddedAndRemoved(t *testing.T) {
-	proxy(t)
+	proxyWith(t, "node-addresses", "--ipvs-sync-period", "1h")
 	ts, np := nodePortService(t, "na")
 	const added = "10.11.0.50" // outside node0's 10.10.0.0/24: any address counts
 	addNodeAddr(t, added)
@@ -119,7 +121,7 @@ func TestNodeAddrAddedAndRemoved(t *testing.T) {
 // is added first, so the address read that shows the inside one has seen
 // both: its missing virtual server is the filter's doing, not a late poll.
 func TestNodeAddrNodePortAddresses(t *testing.T) {
-	proxyWith(t, "nodeport-addresses", "--nodeport-addresses", "10.10.0.0/24")
+	proxyWith(t, "nodeport-addresses", "--nodeport-addresses", "10.10.0.0/24", "--ipvs-sync-period", "1h")
 	ts, np := nodePortService(t, "nf")
 	const outside, inside = "10.11.0.51", "10.10.0.51"
 	addNodeAddr(t, outside)

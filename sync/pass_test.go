@@ -302,14 +302,13 @@ func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
 	runner := NewRunner(RunnerConfig{Build: testConfig}, tracker, restarted.rec)
 	must(t, restarted.rec.BeginAdoption()) // what Run does when it streams
 	k.resetCounts()
-	zoned := false
-	runner.UpdateNode(func(c *Config) { c.Zone, zoned = "zone-a", true })
+	runner.UpdateNode(NodeFacts{Zone: "zone-a"})
 	ctx := context.Background()
 	runner.processBatch(ctx)
 	if restarted.rec.PassRunning() {
 		t.Fatal("a full pass began before the informers synced")
 	}
-	if !zoned || runner.cfg.Build.Zone != "zone-a" {
+	if runner.cfg.Build.Zone != "zone-a" {
 		t.Error("the node update was not applied while the pass waited")
 	}
 	if w := k.writes(); len(w) != 0 {
@@ -435,4 +434,57 @@ func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
 	}
 	e.finishPass()
 	assertText(t, "kernel", k.text(), e.reference())
+}
+
+// TestNodeAddressChangeSyncsNodePortServices: a node address that goes
+// away takes its node-port virtual servers with it, and a new one gets
+// them, in the next batch: the services with node ports are synced like
+// any change, with no kernel read and no full pass. A ClusterIP-only
+// service is not touched.
+func TestNodeAddressChangeSyncsNodePortServices(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	tracker := NewTracker()
+	cfg := testConfig
+	cfg.NodePortAddresses = addrList("192.168.0.2")
+	runner := NewRunner(RunnerConfig{Build: cfg}, tracker, e.rec)
+	np := svc("default", "np", "10.96.0.30", "http:80/TCP")
+	np.Spec.Type = v1.ServiceTypeNodePort
+	np.Spec.Ports[0].NodePort = 30080
+	plain := svc("default", "plain", "10.96.0.31", "http:80/TCP")
+	for _, s := range []*v1.Service{np, plain} {
+		tracker.ServiceHandler().OnAdd(s, true)
+		tracker.EndpointSliceHandler().OnAdd(slice("default", s.Name, s.Name+"-a", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}), true)
+	}
+	runner.informersSynced.Store(true)
+	ctx := context.Background()
+	runner.processBatch(ctx)
+	if !strings.Contains(k.ipvs.String(), "-A -t 192.168.0.2:30080") {
+		t.Fatalf("node port not programmed:\n%s", k.ipvs.String())
+	}
+	k.resetCounts()
+
+	runner.UpdateNode(NodeFacts{NodePortAddresses: addrList("192.168.1.2")})
+	runner.processBatch(ctx)
+	if e.rec.PassRunning() {
+		t.Error("a node address change began a full pass")
+	}
+	if n := k.reads(); n != 0 {
+		t.Errorf("a node address change read the kernel %d times", n)
+	}
+	got := k.ipvs.String()
+	if strings.Contains(got, "192.168.0.2:30080") || !strings.Contains(got, "-A -t 192.168.1.2:30080") {
+		t.Errorf("node-port virtual servers did not follow the address change:\n%s", got)
+	}
+	if w := fmt.Sprint(k.writes()); w != "map[AddRealServer:1 AddVirtualServer:1 DeleteVirtualServer:1]" {
+		t.Errorf("writes %s, want one virtual server moved:\n%s", w, got)
+	}
+}
+
+func addrList(ips ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		out = append(out, netip.MustParseAddr(ip))
+	}
+	return out
 }

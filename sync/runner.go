@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -21,6 +22,7 @@ const (
 	fullSyncKey = ""       // run a full pass
 	passKey     = "/pass"  // do the next step of the running full pass
 	drainKey    = "/drain" // sweep draining real servers
+	nodeKey     = "/node"  // apply node updates, sync the services they affect
 )
 
 // EventSink reports a problem with one Service to its owner, as a Warning
@@ -77,7 +79,7 @@ type Runner struct {
 	noLocal  map[string]noLocal
 
 	nodeMu      gosync.Mutex
-	nodeUpdates []func(*Config) // applied by the sync goroutine before the next full pass
+	nodeUpdates []NodeFacts // applied by the sync goroutine at its next batch
 
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
@@ -215,6 +217,11 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		r.sweep()
 		r.done(drainKey, nil)
 	}
+	if i := indexOf(keys, nodeKey); i >= 0 {
+		keys = slices.Delete(keys, i, i+1)
+		r.queue.Done(nodeKey)
+		keys = appendMissing(keys, r.applyNodeUpdates())
+	}
 	passWanted := false
 	for _, k := range []string{fullSyncKey, passKey} {
 		if i := indexOf(keys, k); i >= 0 {
@@ -224,12 +231,9 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		}
 	}
 	if passWanted && !r.informersSynced.Load() {
-		// A node update while the informers are still listing: a pass now
-		// would take every service not delivered yet for deleted and prune
-		// it from the kernel. The update applies to the syncs that follow;
-		// the first full pass, once the informers have synced, rebuilds the
-		// services synced before it.
-		r.applyNodeUpdates()
+		// Only Run's own ticker asks for passes, after the informers have
+		// synced; a pass before would take every service not delivered yet
+		// for deleted and prune it from the kernel.
 		passWanted = false
 	}
 	if len(keys) == 0 && !passWanted && !r.rec.PassRunning() {
@@ -312,6 +316,20 @@ func indexOf(keys []string, k string) int {
 
 func contains(keys []string, k string) bool { return indexOf(keys, k) >= 0 }
 
+// appendMissing appends the keys of more that keys does not hold yet.
+func appendMissing(keys, more []string) []string {
+	have := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		have[k] = true
+	}
+	for _, k := range more {
+		if !have[k] {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func (r *Runner) sweep() {
 	if r.rec.Draining() == 0 {
 		return
@@ -339,25 +357,60 @@ func (r *Runner) clearStaleFlows() {
 	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
-// UpdateNode changes what the builder knows about the node (addresses,
-// zone) and queues a full pass, which rebuilds every service and writes
-// only what the change affects (the node-port virtual servers, say). A
-// pass already running starts over with the change applied.
-func (r *Runner) UpdateNode(change func(*Config)) {
-	r.nodeMu.Lock()
-	r.nodeUpdates = append(r.nodeUpdates, change)
-	r.nodeMu.Unlock()
-	r.queue.Add(fullSyncKey)
+// NodeFacts is what the builder knows about the node it runs on.
+type NodeFacts struct {
+	Zone              string       // the Node's topology.kubernetes.io/zone label
+	NodePortAddresses []netip.Addr // see Config.NodePortAddresses
+	HostAddresses     []netip.Addr // see Config.HostAddresses, sorted
 }
 
-func (r *Runner) applyNodeUpdates() {
+// ApplyTo puts the facts into a builder config.
+func (f NodeFacts) ApplyTo(c *Config) {
+	c.Zone, c.NodePortAddresses, c.HostAddresses = f.Zone, f.NodePortAddresses, f.HostAddresses
+}
+
+// UpdateNode changes what the builder knows about the node. The next
+// batch applies it and syncs the services it affects (a node address
+// change: those with node ports, external or load-balancer IPs; a zone
+// change: every service, as topology hints may route differently), like
+// any other change: no kernel read, no full pass to wait for.
+func (r *Runner) UpdateNode(f NodeFacts) {
+	r.nodeMu.Lock()
+	r.nodeUpdates = append(r.nodeUpdates, f)
+	r.nodeMu.Unlock()
+	now := time.Now()
+	r.lastQueued.CompareAndSwap(0, now.UnixNano())
+	r.queue.Add(nodeKey)
+}
+
+// applyNodeUpdates applies the pending node updates and returns the keys
+// of the services whose desired state they may change.
+func (r *Runner) applyNodeUpdates() []string {
 	r.nodeMu.Lock()
 	updates := r.nodeUpdates
 	r.nodeUpdates = nil
 	r.nodeMu.Unlock()
-	for _, u := range updates {
-		u(&r.cfg.Build)
+	if len(updates) == 0 {
+		return nil
 	}
+	cfg := &r.cfg.Build
+	zoneChanged := false
+	for _, f := range updates {
+		zoneChanged = zoneChanged || f.Zone != cfg.Zone
+		f.ApplyTo(cfg)
+	}
+	if zoneChanged {
+		return r.tracker.Keys()
+	}
+	return r.tracker.KeysWhere(usesNodeAddresses)
+}
+
+// usesNodeAddresses reports whether a service's desired state depends on
+// the node's addresses: node-port virtual servers are made on them, and an
+// external or load-balancer IP that is one of them is not bound again.
+func usesNodeAddresses(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer ||
+		len(svc.Spec.ExternalIPs) > 0
 }
 
 type noLocal struct{ internal, external bool }
@@ -419,7 +472,7 @@ func (r *Runner) syncKeys(keys []string) map[string]error {
 // PassStep long. Failures are added to failed; it reports whether the pass
 // finished.
 func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]error) bool {
-	if wanted && (!r.rec.PassRunning() || r.nodeChanged()) {
+	if wanted && !r.rec.PassRunning() {
 		if err := r.beginFullPass(); err != nil {
 			failed[fullSyncKey] = err
 			return false
@@ -496,15 +549,8 @@ func (r *Runner) forgetLoadedSchedulers() {
 	}
 }
 
-func (r *Runner) nodeChanged() bool {
-	r.nodeMu.Lock()
-	defer r.nodeMu.Unlock()
-	return len(r.nodeUpdates) > 0
-}
-
 func (r *Runner) beginFullPass() error {
 	start := time.Now() // the pass's time includes the node set-up and the kernel read
-	r.applyNodeUpdates()
 	r.forgetLoadedSchedulers()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {

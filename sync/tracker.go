@@ -64,6 +64,20 @@ func (t *Tracker) Keys() []string {
 	return keys
 }
 
+// KeysWhere returns the keys of the services for which keep reports true
+// (services without a Service object, only slices, are left out).
+func (t *Tracker) KeysWhere(keep func(*v1.Service) bool) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keys []string
+	for k, svc := range t.services {
+		if keep(svc) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func (t *Tracker) notify(key string, endpoints bool) {
 	if t.OnChange != nil && key != "" {
 		t.OnChange(key, endpoints)

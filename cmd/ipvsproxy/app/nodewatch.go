@@ -27,7 +27,7 @@ const taintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
 type nodeWatcher struct {
 	dummy    dummyif.Interface
 	nodePort nodePortFilter
-	update   func(func(*sync.Config)) // the runner's UpdateNode
+	update   func(sync.NodeFacts) // the runner's UpdateNode
 
 	mu       gosync.Mutex
 	node     *v1.Node
@@ -135,9 +135,7 @@ func (w *nodeWatcher) publish() {
 		return
 	}
 	klog.InfoS("Node addresses or zone changed", "nodePortAddresses", f.nodePorts, "hostAddresses", f.host, "zone", f.zone)
-	w.update(func(c *sync.Config) {
-		c.Zone, c.NodePortAddresses, c.HostAddresses = f.zone, f.nodePorts, f.host
-	})
+	w.update(sync.NodeFacts{Zone: f.zone, NodePortAddresses: f.nodePorts, HostAddresses: f.host})
 }
 
 // run polls the interface addresses every period until ctx ends. Polling

@@ -96,16 +96,12 @@ func TestNodePortLoopbackWarning(t *testing.T) {
 }
 
 // TestNodeWatcherPublishesOnlyChanges: the runner is told about the node
-// once per real change (each tells it to run a full pass).
+// once per real change (each makes it sync the services it affects).
 func TestNodeWatcherPublishesOnlyChanges(t *testing.T) {
 	d := dummyif.NewFake("")
 	d.SetLocalAddresses(addrs("10.0.0.5", "127.0.0.1")...)
-	var got []sync.Config
-	w := &nodeWatcher{dummy: d, update: func(f func(*sync.Config)) {
-		var c sync.Config
-		f(&c)
-		got = append(got, c)
-	}}
+	var got []sync.NodeFacts
+	w := &nodeWatcher{dummy: d, update: func(f sync.NodeFacts) { got = append(got, f) }}
 	w.refresh()
 	w.refresh()
 	if len(got) != 1 || fmt.Sprint(got[0].NodePortAddresses) != "[10.0.0.5]" || fmt.Sprint(got[0].HostAddresses) != "[10.0.0.5 127.0.0.1]" {

@@ -262,7 +262,7 @@ func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName str
 	}
 	cfg := sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6}
 	npFilter, _ := o.nodePortFilter()
-	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(change func(*sync.Config)) { change(&cfg) }}
+	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(f sync.NodeFacts) { f.ApplyTo(&cfg) }}
 	if node != nil {
 		w.handler().OnAdd(node, true)
 	}
