@@ -173,3 +173,23 @@ func (c *Cluster) DeleteService(ctx context.Context, ns, name string) error {
 	return c.Client.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
 }
+
+// ServesConsistentReads lists every kind ipvsproxy watches (Nodes,
+// Services, EndpointSlices) without a resourceVersion: a consistent read,
+// which the API server answers from its watch cache only once that cache
+// has caught up with etcd. A cache stuck behind (a kind nobody writes,
+// with no progress notifications from etcd) answers "Too large resource
+// version" instead, and so does every informer that relists it.
+func (c *Cluster) ServesConsistentReads(ctx context.Context) error {
+	opts := metav1.ListOptions{Limit: 1}
+	if _, err := c.Client.CoreV1().Nodes().List(ctx, opts); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	if _, err := c.Client.CoreV1().Services("").List(ctx, opts); err != nil {
+		return fmt.Errorf("list services: %w", err)
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices("").List(ctx, opts); err != nil {
+		return fmt.Errorf("list endpointslices: %w", err)
+	}
+	return nil
+}

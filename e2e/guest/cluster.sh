@@ -34,7 +34,14 @@ for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tab
 done
 export PATH=/run/e2e-bin:$PATH
 
+# Progress notifications every 5 s, as production control planes set them
+# (Talos, kine's default; KEP-1904): the API server's watch cache of a
+# kind nobody writes — the Node, here, with no kubelet — advances only
+# through them. Without them, after an API server restart that cache stays
+# at its start revision and every consistent list or informer relist of
+# the kind fails with "Too large resource version" (TestAPIServerOutage).
 "$E2E_ETCD" --name sandbox --data-dir "$work/etcd" \
+  --watch-progress-notify-interval=5s \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster sandbox=http://127.0.0.1:2380 \
