@@ -6,7 +6,7 @@
 #
 # Environment:
 #   E2E_RUN=REGEXP       run only matching tests (go test -run)
-#   E2E_TIMEOUT=SECONDS  kill a hung sandbox after this long (default 1500)
+#   E2E_TIMEOUT=SECONDS  kill a hung sandbox after this long (default 2400)
 #   E2E_IPVSPROXY=PATH   binary under test (default bin/ipvsproxy)
 #   E2E_VERBOSE=0        less test output (default: -test.v)
 set -euo pipefail
@@ -22,7 +22,7 @@ export E2E_IPVSPROXY=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
 [ -x "$E2E_IPVSPROXY" ] || echo "e2e: warning: $E2E_IPVSPROXY missing; the ipvsproxy tests will fail (make build)" >&2
 export E2E_CTL=$repo/bin/e2ectl
 export E2E_RESULTS; E2E_RESULTS=$(new_results e2e)
-timeout=${E2E_TIMEOUT:-1500}
+timeout=${E2E_TIMEOUT:-2400}
 args=(-test.count=1 -test.timeout="$(( timeout - 120 ))s")
 [ "${E2E_VERBOSE:-1}" = 0 ] || args+=(-test.v)
 [ -z "${E2E_RUN:-}" ] || args+=(-test.run="$E2E_RUN")

@@ -262,7 +262,7 @@ func TestNodePortUDP(t *testing.T) {
 func waitUDPBackends(t *testing.T, pods []*framework.Pod, port int) {
 	t.Helper()
 	for _, p := range pods {
-		err := framework.Eventually(10*time.Second, 100*time.Millisecond, func() error {
+		err := framework.Eventually(framework.PodStartTimeout, 100*time.Millisecond, func() error {
 			name, err := framework.AskUDP(p.IP, port)
 			if err == nil && name != p.Name {
 				err = fmt.Errorf("%s:%d answered as %q, want %s", p.IP, port, name, p.Name)

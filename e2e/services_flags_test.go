@@ -335,7 +335,7 @@ func TestServiceTrafficMetrics(t *testing.T) {
 	const requests = 20
 	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, requests, pods)
 	// The collector reads the kernel at most every 10 s.
-	waitKernel(t, 15*time.Second, fmt.Sprintf("%s counts the %d connections", series, requests), func() error {
+	waitKernel(t, programTimeout+10*time.Second, fmt.Sprintf("%s counts the %d connections", series, requests), func() error {
 		if got := metric(t, series); got < before+requests {
 			return fmt.Errorf("%s = %v, want at least %v", series, got, before+requests)
 		}

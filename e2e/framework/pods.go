@@ -127,6 +127,10 @@ func (p *Pod) plumb() error {
 	return nil
 }
 
+// PodStartTimeout is how long a pod's backend may take to answer after
+// it was started.
+const PodStartTimeout = 60 * time.Second
+
 func (p *Pod) unplumb() {
 	_, _ = Run("ip", "link", "del", p.hostIf)
 	_, _ = Run("ip", "netns", "del", p.netns)
@@ -163,8 +167,11 @@ func (p *Pod) startBackend(logDir string) error {
 // proves the veth and routes work before any test relies on them. A
 // datagram sent before the backend has bound its port is refused, so a
 // UDP-only pod must be asked too, not just given time.
+//
+// The bound is long because a pod's first start reads e2ectl through the
+// guest's hostfs while the host may be busy: seconds, not milliseconds.
 func (p *Pod) waitListening() error {
-	return Eventually(15*time.Second, 100*time.Millisecond, func() error {
+	return Eventually(PodStartTimeout, 100*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			return Permanent(fmt.Errorf("backend exited"))

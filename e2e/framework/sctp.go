@@ -50,7 +50,7 @@ func (p *Pod) ServeSCTP(port int, logDir string) (*SCTPServer, error) {
 	}
 	s := &SCTPServer{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	err := Eventually(15*time.Second, 200*time.Millisecond, func() error {
+	err := Eventually(PodStartTimeout, 200*time.Millisecond, func() error {
 		select {
 		case <-s.done:
 			return Permanent(fmt.Errorf("pod %s: e2ectl sctp exited", p.Name))
