@@ -14,11 +14,13 @@ stage_done() {
 }
 print_timings() { printf 'stage timings:\n%s' "$timings" >&2; }
 
-# Commands the sandbox uses, and the Debian package providing each.
+# Commands the sandbox uses, and the Debian package providing each; the
+# kernel build's tools (tools/build-uml.sh) too.
 declare -A pkg_of=(
-  [linux.uml]=user-mode-linux [depmod]=kmod [ipvsadm]=ipvsadm [ipset]=ipset
+  [depmod]=kmod [ipvsadm]=ipvsadm [ipset]=ipset
   [iptables-legacy]=iptables [ip]=iproute2 [curl]=curl
-  [conntrack]=conntrack
+  [conntrack]=conntrack [nft]=nftables
+  [make]=build-essential [flex]=flex [bison]=bison [bc]=bc [xz]=xz-utils
 )
 
 install_packages() {
@@ -26,7 +28,8 @@ install_packages() {
   for c in "${!pkg_of[@]}"; do
     PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || missing+=("${pkg_of[$c]}")
   done
-  [ -d /usr/lib/uml/modules ] || missing+=(user-mode-linux)
+  [ -f /usr/src/linux-source-6.12.tar.xz ] || missing+=(linux-source-6.12)
+  [ -f /usr/include/libelf.h ] || missing+=(libelf-dev)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "    installing: ${missing[*]}" >&2
   if [ "$(id -u)" != 0 ]; then
