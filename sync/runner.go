@@ -505,6 +505,7 @@ func (r *Runner) nodeChanged() bool {
 func (r *Runner) beginFullPass() error {
 	start := time.Now() // the pass's time includes the node set-up and the kernel read
 	r.applyNodeUpdates()
+	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
 	r.forgetLoadedSchedulers()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {
