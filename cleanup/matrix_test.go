@@ -169,11 +169,11 @@ func linesWith(text, marker string) string {
 	return b.String()
 }
 
-// runMatrix runs every removal path against every foreign object on the
+// runMatrix runs the removal paths against every foreign object on the
 // nodes newNode makes (a fresh one per case, after ipvsproxy's node
 // set-up: link, sets, fixed rules).
-func runMatrix(t *testing.T, newNode func(t *testing.T) *matrixNode) {
-	for _, path := range removalPaths {
+func runMatrix(t *testing.T, newNode func(t *testing.T) *matrixNode, paths []removalPath) {
+	for _, path := range paths {
 		for _, obj := range foreignObjects {
 			t.Run(path.name+"/"+obj.name, func(t *testing.T) {
 				if obj.servicePath && !serviceRefusesExcluded {
@@ -228,4 +228,4 @@ func prepareNode(t *testing.T, n *matrixNode) {
 	must(t, err)
 }
 
-func TestOwnershipMatrix(t *testing.T) { runMatrix(t, fakeMatrixNode) }
+func TestOwnershipMatrix(t *testing.T) { runMatrix(t, fakeMatrixNode, removalPaths) }
