@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -61,4 +62,25 @@ func TestPruneRemovesNodePortOfRemovedAddress(t *testing.T) {
 	if strings.Contains(k.ipvs.String(), "192.168.1.11") {
 		t.Errorf("the node port of the removed address is still there:\n%s", k.ipvs)
 	}
+}
+
+// The runner gives the reconciler the node-port addresses the node
+// watcher reported: after a restart, a node port left by a Service deleted
+// meanwhile is pruned on a node-port address, and a foreign virtual
+// server on the same number elsewhere is kept.
+func TestRunnerPrunesNodePortsOnNodePortAddresses(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	e.cfg.NodePortAddresses = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
+	webNodePort(e)
+	addVS(t, k, "192.0.2.20", ipvs.TCP, 30080)
+
+	restarted := newEngine(t, k)
+	runner := NewRunner(RunnerConfig{Build: testConfig}, NewTracker(), restarted.rec)
+	runner.UpdateNode(func(c *Config) { c.NodePortAddresses = e.cfg.NodePortAddresses })
+	runner.informersSynced.Store(true)
+	ctx := context.Background()
+	for runner.processBatch(ctx); restarted.rec.PassRunning(); runner.processBatch(ctx) {
+	}
+	assertText(t, "ipvsadm -Sn after the first pass", k.ipvs.String(), "-A -t 192.0.2.20:30080 -s wrr")
 }
