@@ -45,11 +45,6 @@ type fullPass struct {
 	next    int            // keys[next:] are still to do
 	failed  map[string]error
 	adopted int
-	// released are the virtual servers a record held when the pass
-	// forgot it to read it back: ipvsproxy made or adopted them, so they
-	// are its to prune even where the ownership rule no longer says so
-	// (a node port on an address the node lost).
-	released map[ipvs.ServiceKey]bool
 }
 
 // FullSyncResult says what a full pass found and did.
@@ -253,7 +248,9 @@ func (r *Reconciler) FinishPass() FullSyncResult {
 		return FullSyncResult{}
 	}
 	r.pass = nil
-	return FullSyncResult{Failed: p.failed, Prune: r.prune(p), Adopted: p.adopted}
+	res := FullSyncResult{Failed: p.failed, Prune: r.prune(p.snap), Adopted: p.adopted}
+	r.released = nil
+	return res
 }
 
 // AbortPass abandons a running pass without pruning (the node changed and
@@ -436,12 +433,11 @@ func (r *Reconciler) pruneReals(key string, snap *kernelSnapshot) error {
 // the virtual servers the ownership rule gives ipvsproxy or that it held
 // during the pass, addresses on kube-ipvs0, and entries of its sets.
 // Nothing in an excluded CIDR is touched.
-func (r *Reconciler) prune(p *fullPass) error {
-	snap := p.snap
+func (r *Reconciler) prune(snap *kernelSnapshot) error {
 	own := r.ownership(snap)
 	var errs []error
 	for _, k := range sortedVS(snap.vs) {
-		if _, wanted := r.vsOwner[k]; wanted || r.excluded(k.Address) || !p.released[k] && !own.Owns(k) {
+		if _, wanted := r.vsOwner[k]; wanted || r.excluded(k.Address) || !r.released[k] && !own.Owns(k) {
 			continue
 		}
 		err := r.kernel.IPVS.DeleteVirtualServer(k)
@@ -472,16 +468,17 @@ func (r *Reconciler) prune(p *fullPass) error {
 	return errors.Join(errs...)
 }
 
-// noteReleased remembers, for the running pass's prune, a virtual server
-// ipvsproxy held.
+// noteReleased remembers, for the next prune, a virtual server a record
+// held when a pass forgot the record to read it back: ipvsproxy made or
+// adopted it, so it is its to prune even where the ownership rule no
+// longer says so (a node port on an address the node lost). Kept on the
+// reconciler, not the pass: a pass abandoned for a newer one must not
+// lose it, since the forgotten record no longer names it.
 func (r *Reconciler) noteReleased(k ipvs.ServiceKey) {
-	if r.pass == nil {
-		return
+	if r.released == nil {
+		r.released = map[ipvs.ServiceKey]bool{}
 	}
-	if r.pass.released == nil {
-		r.pass.released = map[ipvs.ServiceKey]bool{}
-	}
-	r.pass.released[k] = true
+	r.released[k] = true
 }
 
 func sortedVS(m map[ipvs.ServiceKey]*kernelVS) []ipvs.ServiceKey {

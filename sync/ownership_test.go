@@ -84,3 +84,26 @@ func TestRunnerPrunesNodePortsOnNodePortAddresses(t *testing.T) {
 	}
 	assertText(t, "ipvsadm -Sn after the first pass", k.ipvs.String(), "-A -t 192.0.2.20:30080 -s wrr")
 }
+
+// A pass that read web back after the node lost an address, then was
+// abandoned for a newer pass (another node change), still leaves the
+// newer pass to prune the node port of the lost address.
+func TestPruneRemovesNodePortOfRemovedAddressAfterAbandonedPass(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	e.cfg.NodePortAddresses = []netip.Addr{netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.1.11")}
+	webNodePort(e)
+	e.cfg.NodePortAddresses = e.cfg.NodePortAddresses[:1]
+	e.rec.SetNodePortAddresses(e.cfg.NodePortAddresses)
+	e.beginPass()
+	if done := e.step(); !done {
+		t.Fatal("the pass has more than web to do; the test needs web's step to be the last")
+	}
+	e.beginPass() // a node change: the pass starts over
+	for !e.step() {
+	}
+	e.finishPass()
+	if strings.Contains(k.ipvs.String(), "192.168.1.11") {
+		t.Errorf("the node port of the removed address is still there:\n%s", k.ipvs)
+	}
+}

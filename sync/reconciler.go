@@ -54,10 +54,11 @@ type Reconciler struct {
 	stale     []conntrack.Flow
 	grace     time.Duration
 	now       func() time.Time
-	setSpecs  map[string]ipset.Set // owned sets' definitions, as grown
-	setSize   map[string]int       // entries per set, counted once each
-	pending   *kernelSnapshot      // start-up snapshot until the first full pass
-	pass      *fullPass            // the full pass in progress, if any
+	setSpecs  map[string]ipset.Set     // owned sets' definitions, as grown
+	setSize   map[string]int           // entries per set, counted once each
+	pending   *kernelSnapshot          // start-up snapshot until the first full pass
+	pass      *fullPass                // the full pass in progress, if any
+	released  map[ipvs.ServiceKey]bool // held by forgotten records, for the next prune
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
