@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/inspect"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -32,14 +33,20 @@ type Config struct {
 	// families: a node may have run with IPv6 before).
 	Sets  []ipset.Set
 	Rules []RuleCleaner
-	// Exclude is --ipvs-exclude-cidrs: virtual servers there are never
-	// removed, as the engine never prunes them.
+	// Exclude is --ipvs-exclude-cidrs: virtual servers and kube-ipvs0
+	// addresses there are never removed, as the engine never prunes them.
 	Exclude []netip.Prefix
+	// NodePorts are the addresses ipvsproxy serves node ports on (the
+	// node's addresses chosen by --nodeport-addresses): a TCP/UDP virtual
+	// server on a node-port number is ipvsproxy's only on one of these
+	// (sync.Ownership).
+	NodePorts []netip.Addr
 }
 
 // Result counts what Run removed.
 type Result struct {
 	VirtualServers int
+	Addresses      int
 	Sets           int
 	Link           bool
 }
@@ -48,29 +55,19 @@ type Result struct {
 // anything else changes, since ownership is read from the link's addresses
 // and the sets' entries); the iptables jump rules and chains (they match
 // on the sets, and the kernel refuses to destroy a set a rule uses); the
-// owned sets; the dummy link with its addresses. A failure does not stop
-// the later steps, so one stuck object does not leave everything else
-// behind; the errors are joined.
+// owned sets; ipvsproxy's addresses on the dummy link; the link itself if
+// nothing is left on it. A failure does not stop the later steps, so one
+// stuck object does not leave everything else behind; the errors are
+// joined.
 func Run(c Config) (Result, error) {
 	var res Result
-	have, err := inspect.Read(c.Kernel, c.Sets, c.Exclude, nil)
+	have, err := inspect.Read(c.Kernel, c.Sets, c.Exclude, c.NodePorts, nil)
 	if err != nil {
 		// Without the kernel's state ownership cannot be decided: remove nothing.
 		return res, fmt.Errorf("cleanup: read kernel state: %w", err)
 	}
 	var errs []error
-	for _, kv := range have.VirtualServers {
-		if !kv.Owned {
-			continue
-		}
-		err := c.Kernel.IPVS.DeleteVirtualServer(kv.VS.ServiceKey)
-		switch {
-		case err == nil:
-			res.VirtualServers++
-		case !ipvs.IsNotExist(err):
-			errs = append(errs, fmt.Errorf("delete virtual server %s: %w", kv.VS.ServiceKey, err))
-		}
-	}
+	res.VirtualServers, errs = removeVirtualServers(c.Kernel.IPVS, have, errs)
 	for _, r := range c.Rules {
 		if err := r.Cleanup(); err != nil {
 			errs = append(errs, err)
@@ -84,12 +81,57 @@ func Run(c Config) (Result, error) {
 		res.Sets++
 	}
 	if have.Link {
-		if err := c.Kernel.Dummy.DeleteLink(); err != nil {
-			errs = append(errs, fmt.Errorf("delete link: %w", err))
-		} else {
-			res.Link = true
+		res.Addresses, res.Link, errs = removeLink(c.Kernel.Dummy, have, errs)
+	}
+	klog.InfoS("Cleaned up", "virtualServers", res.VirtualServers, "addresses", res.Addresses, "sets", res.Sets, "link", res.Link)
+	return res, errors.Join(errs...)
+}
+
+func removeVirtualServers(h ipvs.Interface, have *inspect.Actual, errs []error) (int, []error) {
+	n := 0
+	for _, kv := range have.VirtualServers {
+		if !kv.Owned {
+			continue
+		}
+		err := h.DeleteVirtualServer(kv.VS.ServiceKey)
+		switch {
+		case err == nil:
+			n++
+		case !ipvs.IsNotExist(err):
+			errs = append(errs, fmt.Errorf("delete virtual server %s: %w", kv.VS.ServiceKey, err))
 		}
 	}
-	klog.InfoS("Cleaned up", "virtualServers", res.VirtualServers, "sets", res.Sets, "link", res.Link)
-	return res, errors.Join(errs...)
+	return n, errs
+}
+
+// removeLink unbinds ipvsproxy's addresses from the dummy link (all but
+// those in --ipvs-exclude-cidrs: whoever made an excluded virtual server
+// may have bound its address there) and deletes the link only when no
+// address is left on it, read again so that an address bound meanwhile
+// counts. Deleting the link would take foreign addresses with it.
+func removeLink(d dummyif.Interface, have *inspect.Actual, errs []error) (removed int, linkGone bool, _ []error) {
+	for _, a := range have.Addresses {
+		if sync.Excluded(have.Exclude, a) {
+			continue
+		}
+		if err := d.DeleteAddress(a); err != nil {
+			errs = append(errs, fmt.Errorf("delete address %s: %w", a, err))
+			continue
+		}
+		removed++
+	}
+	left, err := d.ListAddresses()
+	switch {
+	case errors.Is(err, dummyif.ErrNoLink):
+		return removed, false, errs
+	case err != nil:
+		return removed, false, append(errs, fmt.Errorf("list addresses: %w", err))
+	case len(left) > 0:
+		klog.InfoS("Keeping the dummy link: addresses ipvsproxy does not own are on it", "addresses", left)
+		return removed, false, errs
+	}
+	if err := d.DeleteLink(); err != nil {
+		return removed, false, append(errs, fmt.Errorf("delete link: %w", err))
+	}
+	return removed, true, errs
 }

@@ -76,9 +76,9 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 		t.Fatalf("set-up did not program the services:\n%s", out)
 	}
 
-	got, err := Run(Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{rules}})
+	got, err := Run(Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{rules}, NodePorts: cfg.NodePortAddresses})
 	must(t, err)
-	if got != (Result{VirtualServers: 2, Sets: 17, Link: true}) {
+	if got != (Result{VirtualServers: 2, Addresses: 1, Sets: 17, Link: true}) {
 		t.Errorf("result = %+v", got)
 	}
 	if out := sandboxtest.Run(t, "ipvsadm", "-Sn"); out != vsBefore {

@@ -48,6 +48,14 @@ type node struct {
 
 func (n *node) kernel() sync.Kernel { return sync.Kernel{IPVS: n.ipvs, Dummy: n.dummy, IPSet: n.ipset} }
 
+// nodePorts are the addresses the programmed node serves node ports on.
+var nodePorts = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
+
+// config is what `ipvsproxy cleanup` runs with on the programmed node.
+func (n *node) config(exclude ...netip.Prefix) Config {
+	return Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{n.rules}, Exclude: exclude, NodePorts: nodePorts}
+}
+
 // programmedNode is a node where other software made a VS, a set and
 // rules, and then ipvsproxy ran as it does: link, sets, rules, services.
 func programmedNode(t *testing.T) *node {
@@ -71,7 +79,7 @@ func programmedNode(t *testing.T) *node {
 	}
 	_, err = n.rules.Sync()
 	must(t, err)
-	cfg := sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}
+	cfg := sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: nodePorts}
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
 			ExternalIPs: []string{"198.51.100.1"},
@@ -90,10 +98,10 @@ func programmedNode(t *testing.T) *node {
 
 func TestCleanupRemovesOnlyWhatIsOwned(t *testing.T) {
 	n := programmedNode(t)
-	c := Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{n.rules}}
+	c := n.config()
 	res, err := Run(c)
 	must(t, err)
-	if res != (Result{VirtualServers: 3, Sets: 17, Link: true}) {
+	if res != (Result{VirtualServers: 3, Addresses: 2, Sets: 17, Link: true}) {
 		t.Errorf("result = %+v", res)
 	}
 	if got, want := n.ipvs.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
@@ -124,8 +132,7 @@ func TestCleanupKeepsExcluded(t *testing.T) {
 	must(t, n.dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
 	kept := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.100.5"), Protocol: ipvs.TCP, Port: 80}
 	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: kept, Scheduler: "rr"}))
-	_, err := Run(Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, false), Rules: []RuleCleaner{n.rules},
-		Exclude: []netip.Prefix{netip.MustParsePrefix("10.96.100.0/24")}})
+	_, err := Run(n.config(netip.MustParsePrefix("10.96.100.0/24")))
 	must(t, err)
 	if got, want := n.ipvs.String(), "-A -t 10.96.100.5:80 -s rr\n-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
 		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
@@ -143,7 +150,7 @@ func TestCleanupFailures(t *testing.T) {
 		}
 		return nil
 	})
-	c := Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, false), Rules: []RuleCleaner{n.rules}}
+	c := n.config()
 	if _, err := Run(c); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("err = %v", err)
 	}
@@ -159,5 +166,38 @@ func TestCleanupFailures(t *testing.T) {
 	}
 	if res.VirtualServers != 3 || !res.Link {
 		t.Errorf("later steps did not run: %+v", res)
+	}
+}
+
+// A virtual server someone else made on a node-port number, on an address
+// ipvsproxy does not serve node ports on, is not ipvsproxy's (issue #16,
+// item 5); the node port it made on 192.168.1.10 is.
+func TestCleanupKeepsForeignVSOnNodePortNumber(t *testing.T) {
+	n := programmedNode(t)
+	foreign := ipvs.ServiceKey{Address: netip.MustParseAddr("192.0.2.20"), Protocol: ipvs.TCP, Port: 30080}
+	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreign, Scheduler: "wrr"}))
+	res, err := Run(n.config())
+	must(t, err)
+	if got, want := n.ipvs.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n-A -t 192.0.2.20:30080 -s wrr\n"; got != want {
+		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+	if res.VirtualServers != 3 {
+		t.Errorf("removed %d virtual servers, want 3 (ClusterIP, external IP, node port)", res.VirtualServers)
+	}
+}
+
+// The address of an excluded virtual server is foreign: cleanup removes
+// ipvsproxy's addresses from kube-ipvs0 and keeps the link for it
+// (issue #16, item 6).
+func TestCleanupKeepsExcludedAddressAndLink(t *testing.T) {
+	n := programmedNode(t)
+	must(t, n.dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
+	res, err := Run(n.config(netip.MustParsePrefix("10.96.100.0/24")))
+	must(t, err)
+	if got := n.dummy.Addresses(); len(got) != 1 || got[0] != netip.MustParseAddr("10.96.100.5") {
+		t.Errorf("kube-ipvs0 addresses after cleanup: %v, want only the excluded 10.96.100.5\n%s", got, n.dummy)
+	}
+	if res.Link {
+		t.Error("cleanup reports the link deleted though a foreign address is on it")
 	}
 }

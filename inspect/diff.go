@@ -96,7 +96,7 @@ func Compare(want *Desired, have *Actual, linkName string) Diff {
 	compareVS(want, have, add)
 	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
 		func(a netip.Addr) {
-			if !excluded(have.Exclude, a) {
+			if !sync.Excluded(have.Exclude, a) {
 				add(OpExtra, "address", addrLine(a, linkName), "")
 			}
 		},

@@ -41,7 +41,7 @@ func TestDiffPrintsEveryDifference(t *testing.T) {
 	must(t, k.ipset.DestroySet(sync.SetHealthCheckNodePort))
 
 	want := BuildDesired(svcs, eps, &testConfig)
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, want.Wants)
+	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, nil, want.Wants)
 	must(t, err)
 	d := Compare(want, have, "kube-ipvs0")
 	var out bytes.Buffer
@@ -120,7 +120,7 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 	// A backend the engine is draining stays at weight 0.
 	must(t, k.ipvs.AddRealServer(vsKey("10.96.0.10", ipvs.TCP, 80), real("10.244.1.9", 8080, 0)))
 
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, want.Wants)
+	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, nil, want.Wants)
 	must(t, err)
 	d := Compare(want, have, "kube-ipvs0")
 	if !d.Equal() || len(d.Lines) != 1 || d.Lines[0].Op != OpDraining {
@@ -144,7 +144,9 @@ func TestOwnsMatchesEngine(t *testing.T) {
 		vsKey("192.168.1.10", ipvs.UDP, 30080),  // same port, UDP bitmap has none
 		vsKey("192.168.1.10", ipvs.SCTP, 30090), // SCTP node port hash
 		vsKey("192.0.2.10", ipvs.TCP, 80),       // hand-made
+		vsKey("192.0.2.20", ipvs.TCP, 30080),    // hand-made, node-port number, not a node-port address
 	}
+	nodePorts := []netip.Addr{addr("192.168.1.10")}
 	for _, key := range keys {
 		must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: key, Scheduler: "rr"}))
 	}
@@ -154,7 +156,7 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	must(t, k.ipset.AddEntry(sync.SetNodePortTCP, ipset.Entry{Port: 30080}))
 	must(t, k.ipset.AddEntry(sync.SetNodePortSCTP, ipset.Entry{IP: addr("192.168.1.10"), Protocol: "sctp", Port: 30090}))
 
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), exclude, nil)
+	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), exclude, nodePorts, nil)
 	must(t, err)
 	var owned, notOwned []ipvs.ServiceKey
 	for _, kv := range have.VirtualServers {
@@ -171,7 +173,9 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	for _, s := range sync.OwnedSets(true, false) {
 		names = append(names, s.Name)
 	}
-	if _, err := sync.NewReconciler(k.Kernel(), names, exclude).FullSync(map[string]*sync.ServiceState{}); err != nil {
+	rec := sync.NewReconciler(k.Kernel(), names, exclude)
+	rec.SetNodePortAddresses(nodePorts)
+	if _, err := rec.FullSync(map[string]*sync.ServiceState{}); err != nil {
 		t.Fatal(err)
 	}
 	left, err := k.ipvs.ListVirtualServers()

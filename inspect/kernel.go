@@ -40,11 +40,13 @@ type KernelVS struct {
 }
 
 // Read reads the dummy link's addresses, the entries of sets, and every
-// virtual server (with the real servers of those ipvsproxy owns, see
-// Owns). wanted, when not nil, also marks as owned the virtual servers a
-// service wants, as the full pass does. A missing link or set is reported
-// in Actual, not as an error: that is what diff and cleanup must see.
-func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, wanted func(ipvs.ServiceKey) bool) (*Actual, error) {
+// virtual server (with the real servers of those ipvsproxy owns, by the
+// engine's rule, sync.Ownership, given the excluded CIDRs and the
+// addresses node ports are served on). wanted, when not nil, also marks
+// as owned the virtual servers a service wants, as the full pass does. A
+// missing link or set is reported in Actual, not as an error: that is
+// what diff and cleanup must see.
+func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []netip.Addr, wanted func(ipvs.ServiceKey) bool) (*Actual, error) {
 	a := &Actual{Link: true, Exclude: exclude}
 	addrs, err := k.Dummy.ListAddresses()
 	switch {
@@ -72,14 +74,14 @@ func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, wanted func(i
 	slices.SortFunc(a.Entries, CompareSetEntries)
 	a.Entries = slices.Compact(a.Entries)
 
-	own := newOwnership(a)
+	own := ownership(a, nodePorts)
 	vss, err := k.IPVS.ListVirtualServers()
 	if err != nil {
 		return nil, fmt.Errorf("list virtual servers: %w", err)
 	}
 	slices.SortFunc(vss, func(x, y ipvs.VirtualServer) int { return ipvs.CompareServiceKeys(x.ServiceKey, y.ServiceKey) })
 	for _, v := range vss {
-		kv := KernelVS{VS: v, Owned: wanted != nil && wanted(v.ServiceKey) || !excluded(exclude, v.Address) && own.owns(v.ServiceKey)}
+		kv := KernelVS{VS: v, Owned: wanted != nil && wanted(v.ServiceKey) || own.Owns(v.ServiceKey)}
 		if kv.Owned {
 			reals, err := k.IPVS.ListRealServers(v.ServiceKey)
 			if err != nil && !ipvs.IsNotExist(err) { // deleted meanwhile: no reals
@@ -93,61 +95,17 @@ func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, wanted func(i
 	return a, nil
 }
 
-// ownership answers "is this virtual server ipvsproxy's?" from one read of
-// the link's addresses and the owned sets' entries. It is the rule of the
-// engine's full pass (sync/fullsync.go, kernelSnapshot.owns), restated
-// here because sync keeps it unexported; TestOwnsMatchesEngine holds the
-// two together.
-type ownership struct {
-	addrs   map[netip.Addr]bool
-	entries map[sync.SetEntry]bool
-}
-
-func newOwnership(a *Actual) ownership {
-	o := ownership{addrs: map[netip.Addr]bool{}, entries: map[sync.SetEntry]bool{}}
+// ownership is the engine's rule over one read of the link's addresses
+// and the owned sets' entries.
+func ownership(a *Actual, nodePorts []netip.Addr) sync.Ownership {
+	o := sync.Ownership{Bound: map[netip.Addr]bool{}, Entries: map[sync.SetEntry]bool{}, NodePorts: nodePorts, Exclude: a.Exclude}
 	for _, x := range a.Addresses {
-		o.addrs[x] = true
+		o.Bound[x] = true
 	}
 	for _, e := range a.Entries {
-		o.entries[e] = true
+		o.Entries[e] = true
 	}
 	return o
-}
-
-// owns: the address is bound on kube-ipvs0, or ipvsproxy's sets describe
-// the virtual server (an external or LB IP local on another interface, a
-// node port). A virtual server someone else made on the node's addresses
-// is not ours.
-func (o ownership) owns(k ipvs.ServiceKey) bool {
-	if o.addrs[k.Address] {
-		return true
-	}
-	v6 := k.Address.Is6()
-	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
-	for _, set := range []string{sync.SetClusterIP, sync.SetExternalIP, sync.SetLoadBalancer, sync.SetNodePortSCTP} {
-		if o.entries[sync.SetEntry{Set: sync.SetName(set, v6), Entry: ipPort}] {
-			return true
-		}
-	}
-	var bitmap string
-	switch k.Protocol {
-	case ipvs.TCP:
-		bitmap = sync.SetNodePortTCP
-	case ipvs.UDP:
-		bitmap = sync.SetNodePortUDP
-	default:
-		return false
-	}
-	return o.entries[sync.SetEntry{Set: sync.SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
-}
-
-func excluded(exclude []netip.Prefix, a netip.Addr) bool {
-	for _, p := range exclude {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // CompareSetEntries orders set entries by set name, then entry fields.

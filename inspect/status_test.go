@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestStatusScreen(t *testing.T) {
 	must(t, k.ipset.AddEntry(sync.SetLoadBalancer, ipset.Entry{IP: addr("203.0.113.7"), Protocol: "tcp", Port: 443}))
 	must(t, k.ipset.DestroySet(sync.SetLoopBack))
 
-	a, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, nil)
+	a, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, []netip.Addr{addr("192.168.1.10")}, nil)
 	must(t, err)
 	st := Summarize(a)
 	st.ProxyURL = "http://127.0.0.1:10249/metrics"

@@ -222,8 +222,9 @@ func TestFullSyncPrunesStaleNodePortButNotForeignVS(t *testing.T) {
 	foreign := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("192.168.0.2"), Protocol: ipvs.TCP, Port: 8443}, Scheduler: "wlc"}
 	must(t, k.ipvs.AddVirtualServer(foreign))
 	// The service is deleted while ipvsproxy is down; a new process
-	// starts with no services.
+	// starts with no services, knowing the node's addresses.
 	restarted := newEngine(t, k)
+	restarted.rec.SetNodePortAddresses(cfg.NodePortAddresses)
 	restarted.full()
 	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 192.168.0.2:8443 -s wlc")
 	if k.ipsetEntries() != "" || len(k.dummy.Addresses()) != 0 {

@@ -35,9 +35,9 @@ import (
 //   - the final prune removes only objects that were in the kernel when
 //     the pass began and that no record references when it ends.
 //
-// Objects ipvsproxy does not own — virtual servers on addresses that are
-// not bound on kube-ipvs0, anything in an excluded CIDR, sets it did not
-// create — are never touched.
+// Objects ipvsproxy does not own — virtual servers the ownership rule
+// (Ownership) does not give it and no record held, anything in an
+// excluded CIDR, sets it did not create — are never touched.
 type fullPass struct {
 	snap    *kernelSnapshot
 	reads   []func() error // the snapshot's dumps not done yet
@@ -248,7 +248,9 @@ func (r *Reconciler) FinishPass() FullSyncResult {
 		return FullSyncResult{}
 	}
 	r.pass = nil
-	return FullSyncResult{Failed: p.failed, Prune: r.prune(p.snap), Adopted: p.adopted}
+	res := FullSyncResult{Failed: p.failed, Prune: r.prune(p.snap), Adopted: p.adopted}
+	r.released = nil
+	return res
 }
 
 // AbortPass abandons a running pass without pruning (the node changed and
@@ -302,6 +304,7 @@ func (r *Reconciler) forgetKey(key string) {
 	for _, v := range st.VirtualServers {
 		if r.vsOwner[v.VS.ServiceKey] == key {
 			delete(r.vsOwner, v.VS.ServiceKey)
+			r.noteReleased(v.VS.ServiceKey)
 		}
 	}
 	delete(r.applied, key)
@@ -427,12 +430,14 @@ func (r *Reconciler) pruneReals(key string, snap *kernelSnapshot) error {
 }
 
 // prune removes owned kernel objects that no applied record references:
-// virtual servers on ipvsproxy's addresses (or described by its sets),
-// addresses on kube-ipvs0, and entries of its sets.
+// the virtual servers the ownership rule gives ipvsproxy or that it held
+// during the pass, addresses on kube-ipvs0, and entries of its sets.
+// Nothing in an excluded CIDR is touched.
 func (r *Reconciler) prune(snap *kernelSnapshot) error {
+	own := r.ownership(snap)
 	var errs []error
 	for _, k := range sortedVS(snap.vs) {
-		if _, owned := r.vsOwner[k]; owned || r.excluded(k.Address) || !snap.owns(k) {
+		if _, wanted := r.vsOwner[k]; wanted || r.excluded(k.Address) || !r.released[k] && !own.Owns(k) {
 			continue
 		}
 		err := r.kernel.IPVS.DeleteVirtualServer(k)
@@ -461,6 +466,19 @@ func (r *Reconciler) prune(snap *kernelSnapshot) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// noteReleased remembers, for the next prune, a virtual server a record
+// held when a pass forgot the record to read it back: ipvsproxy made or
+// adopted it, so it is its to prune even where the ownership rule no
+// longer says so (a node port on an address the node lost). Kept on the
+// reconciler, not the pass: a pass abandoned for a newer one must not
+// lose it, since the forgotten record no longer names it.
+func (r *Reconciler) noteReleased(k ipvs.ServiceKey) {
+	if r.released == nil {
+		r.released = map[ipvs.ServiceKey]bool{}
+	}
+	r.released[k] = true
 }
 
 func sortedVS(m map[ipvs.ServiceKey]*kernelVS) []ipvs.ServiceKey {

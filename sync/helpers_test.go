@@ -152,6 +152,7 @@ type engine struct {
 	t        testing.TB
 	k        *kernel
 	rec      *Reconciler
+	cfg      Config // what the builder knows about the node
 	services map[string]*v1.Service
 	slices   map[string][]*discovery.EndpointSlice
 }
@@ -161,12 +162,12 @@ func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
 	for _, s := range OwnedSets(true, true) {
 		sets = append(sets, s.Name)
 	}
-	return &engine{t: t, k: k, rec: NewReconciler(k.Kernel(), sets, exclude),
+	return &engine{t: t, k: k, rec: NewReconciler(k.Kernel(), sets, exclude), cfg: testConfig,
 		services: map[string]*v1.Service{}, slices: map[string][]*discovery.EndpointSlice{}}
 }
 
 func (e *engine) want(key string) *ServiceState {
-	st, _ := BuildService(e.services[key], e.slices[key], &testConfig)
+	st, _ := BuildService(e.services[key], e.slices[key], &e.cfg)
 	return &st
 }
 

@@ -30,6 +30,7 @@ func (e *engine) reference() string {
 	e.t.Helper()
 	k := newKernel(e.t)
 	ref := newEngine(e.t, k)
+	ref.cfg = e.cfg
 	for key, s := range e.services {
 		ref.services[key], ref.slices[key] = s, e.slices[key]
 	}

@@ -41,7 +41,10 @@ type Op struct {
 type Reconciler struct {
 	kernel  Kernel
 	exclude []netip.Prefix // never prune virtual servers or addresses in these
-	sets    []string       // the sets whose entries ipvsproxy owns
+	// nodePorts are the addresses node ports are served on, for the
+	// ownership of node-port virtual servers (SetNodePortAddresses).
+	nodePorts []netip.Addr
+	sets      []string // the sets whose entries ipvsproxy owns
 
 	applied   map[string]*ServiceState
 	addrRefs  map[netip.Addr]int32
@@ -51,10 +54,11 @@ type Reconciler struct {
 	stale     []conntrack.Flow
 	grace     time.Duration
 	now       func() time.Time
-	setSpecs  map[string]ipset.Set // owned sets' definitions, as grown
-	setSize   map[string]int       // entries per set, counted once each
-	pending   *kernelSnapshot      // start-up snapshot until the first full pass
-	pass      *fullPass            // the full pass in progress, if any
+	setSpecs  map[string]ipset.Set     // owned sets' definitions, as grown
+	setSize   map[string]int           // entries per set, counted once each
+	pending   *kernelSnapshot          // start-up snapshot until the first full pass
+	pass      *fullPass                // the full pass in progress, if any
+	released  map[ipvs.ServiceKey]bool // held by forgotten records, for the next prune
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
@@ -411,11 +415,18 @@ func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
 	return nil
 }
 
-func (r *Reconciler) excluded(a netip.Addr) bool {
-	for _, p := range r.exclude {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+func (r *Reconciler) excluded(a netip.Addr) bool { return Excluded(r.exclude, a) }
+
+// SetNodePortAddresses tells the reconciler the addresses node ports are
+// served on now (the builder's Config.NodePortAddresses): the full pass
+// prunes a TCP/UDP node-port virtual server nobody wants only on those
+// (see Ownership).
+func (r *Reconciler) SetNodePortAddresses(addrs []netip.Addr) {
+	r.nodePorts = slices.Clone(addrs)
+}
+
+// ownership is the ownership rule over snap, the node-port addresses and
+// the excluded CIDRs.
+func (r *Reconciler) ownership(snap *kernelSnapshot) Ownership {
+	return Ownership{Bound: snap.addrs, Entries: snap.entries, NodePorts: r.nodePorts, Exclude: r.exclude}
 }

@@ -399,6 +399,7 @@ func (r *Runner) applyNodeUpdates() []string {
 		zoneChanged = zoneChanged || f.Zone != cfg.Zone
 		f.ApplyTo(cfg)
 	}
+	r.rec.SetNodePortAddresses(cfg.NodePortAddresses) // the prune's ownership rule
 	if zoneChanged {
 		return r.tracker.Keys()
 	}
@@ -551,6 +552,7 @@ func (r *Runner) forgetLoadedSchedulers() {
 
 func (r *Runner) beginFullPass() error {
 	start := time.Now() // the pass's time includes the node set-up and the kernel read
+	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
 	r.forgetLoadedSchedulers()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {

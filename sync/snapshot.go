@@ -129,34 +129,6 @@ func (r *Reconciler) loadRealsOf(key string, w *ServiceState, snap *kernelSnapsh
 	return nil
 }
 
-// owns reports whether a virtual server nobody wants any more is
-// ipvsproxy's to remove: its address is bound on kube-ipvs0, or ipvsproxy's
-// sets still describe it (a load-balancer or external IP that is local on
-// another interface, a node port). A virtual server someone else made on
-// the node's addresses is left alone.
-func (s *kernelSnapshot) owns(k ipvs.ServiceKey) bool {
-	if s.addrs[k.Address] {
-		return true
-	}
-	v6 := k.Address.Is6()
-	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
-	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
-		if s.entries[SetEntry{Set: SetName(set, v6), Entry: ipPort}] {
-			return true
-		}
-	}
-	var bitmap string
-	switch k.Protocol {
-	case ipvs.TCP:
-		bitmap = SetNodePortTCP
-	case ipvs.UDP:
-		bitmap = SetNodePortUDP
-	default:
-		return false
-	}
-	return s.entries[SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}]
-}
-
 // noteSynced keeps snap true after a Sync took one service's record from
 // old to now: what the sync removed leaves the snapshot, what it added or
 // changed enters it. Only ipvsproxy's own writes are followed; a change

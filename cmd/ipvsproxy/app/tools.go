@@ -82,8 +82,19 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 }
 
 func newCleanupCommand() *cobra.Command {
-	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0, ipsets, iptables chains), and nothing else",
+	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else",
 		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runCleanup(o, cmd.OutOrStdout())) })
+	cmd.Long = cmd.Short + `.
+
+Pass the flags the proxy runs with: ownership depends on them.
+  - A virtual server is removed when its address is on kube-ipvs0, or
+    ipvsproxy's sets name its IP and port, or it is a TCP/UDP node port
+    (port in KUBE-NODE-PORT-*) on an address --nodeport-addresses selects
+    now (with "primary", --bind-address or the default route's source);
+    a node port left on an address the node no longer has is kept.
+  - Nothing in --ipvs-exclude-cidrs is removed. kube-ipvs0 loses every
+    other address, and is deleted only when no address is left on it.
+  - Sets and iptables chains: only ipvsproxy's KUBE-* ones.`
 	return cmd
 }
 
@@ -167,10 +178,15 @@ func runCleanup(o *Options, out io.Writer) error {
 	for i, r := range rules {
 		cleaners[i] = r
 	}
+	nodePorts, err := toolNodePorts(o, k.Dummy)
+	if err != nil {
+		// Without them node-port ownership cannot be decided: remove nothing.
+		return err
+	}
 	// Both families' sets: the node may have run with IPv6 before.
-	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: cleaners, Exclude: exclude})
-	fmt.Fprintf(out, "removed %d virtual servers, %d ipsets, link %s: %t; iptables chains and jump rules cleaned\n",
-		res.VirtualServers, res.Sets, dummyif.DefaultLinkName, res.Link)
+	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: cleaners, Exclude: exclude, NodePorts: nodePorts})
+	fmt.Fprintf(out, "removed %d virtual servers, %d addresses, %d ipsets, link %s: %t; iptables chains and jump rules cleaned\n",
+		res.VirtualServers, res.Addresses, res.Sets, dummyif.DefaultLinkName, res.Link)
 	return err
 }
 
@@ -208,7 +224,7 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	}
 	want := inspect.BuildDesired(svcs, eps, &cfg)
 	exclude, _ := o.excludeCIDRs()
-	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, want.Wants)
+	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, cfg.NodePortAddresses, want.Wants)
 	if err != nil {
 		return inspect.Diff{}, err
 	}
@@ -262,12 +278,27 @@ func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName str
 	}
 	cfg := sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6}
 	npFilter, _ := o.nodePortFilter()
+	if npFilter.primary {
+		// "primary" falls back to the node IP when the Node has no
+		// InternalIP, as in the proxy (startupNodeIP).
+		npFilter.nodeIP = detectNodeIP(o.BindAddress, node, defaultRouteSource).Addr
+	}
 	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(f sync.NodeFacts) { f.ApplyTo(&cfg) }}
 	if node != nil {
 		w.handler().OnAdd(node, true)
 	}
 	w.refresh()
 	return cfg, nil
+}
+
+// toolNodePorts are the addresses the proxy would serve node ports on,
+// found as diff finds them but without the API server (cleanup and status
+// must work without it): with --nodeport-addresses=primary the node IP is
+// --bind-address or the default route's source, not the Node's
+// InternalIPs.
+func toolNodePorts(o *Options, dummy dummyif.Interface) ([]netip.Addr, error) {
+	cfg, err := diffConfig(o, dummy, nil, "", false)
+	return cfg.NodePortAddresses, err
 }
 
 // listCluster lists what the proxy's informers would hold, and the Node
@@ -311,7 +342,11 @@ func runStatus(ctx context.Context, o *Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, nil)
+	nodePorts, err := toolNodePorts(o, k.Dummy)
+	if err != nil {
+		return err
+	}
+	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, nodePorts, nil)
 	if err != nil {
 		return err
 	}
