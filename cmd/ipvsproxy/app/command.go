@@ -3,6 +3,7 @@
 package app
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"runtime"
@@ -29,6 +30,12 @@ mode and keeps its names, flags and metrics.`,
 		SilenceErrors: true,
 		Args:          noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cleanupFlag && o.WriteConfigTo != "" {
+				// kube-proxy writes the file and silently skips the
+				// cleanup; an operator asking for both gets neither
+				// and is told why.
+				return usageError(cmd, errors.New("--cleanup and --write-config-to cannot be used together: --write-config-to only writes the configuration and exits; run them one after the other"))
+			}
 			cf, err := o.loadConfig(cmd.Flags())
 			if err != nil {
 				return fail(cmd, err)

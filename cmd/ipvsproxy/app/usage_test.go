@@ -2,6 +2,8 @@ package app
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -50,5 +52,20 @@ func TestBadValueExit1(t *testing.T) {
 	code, stderr := runMain("--ipvs-scheduler", "fastest")
 	if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, `--ipvs-scheduler "fastest"`) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// --write-config-to writes the configuration and exits, as in kube-proxy,
+// which would silently skip the cleanup --cleanup asked for: refused,
+// before either happens.
+func TestCleanupWithWriteConfigToRefused(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "config.yaml")
+	code, stderr := runMain("--cleanup", "--write-config-to", out)
+	if code != 2 || strings.Count(stderr, "\n") != 1 ||
+		!strings.Contains(stderr, "--cleanup and --write-config-to cannot be used together") {
+		t.Errorf("exit %d, stderr %q; want 2 and one line refusing the combination", code, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s written (%v) although the command was refused", out, err)
 	}
 }
