@@ -257,6 +257,12 @@ func TestDaemonSetRunsTheBinaryAsConfigured(t *testing.T) {
 	if got, want := containerPort(c, "metrics"), portOf(t, o.MetricsBindAddress); got != want {
 		t.Errorf("metrics containerPort %d, want %d", got, want)
 	}
+	// A hostNetwork pod's 0.0.0.0 is every address of the node: the
+	// metrics (and pprof with enableProfiling) would be open to anyone who
+	// reaches a node. kube-proxy's default, 127.0.0.1, ships.
+	if ap, err := netip.ParseAddrPort(o.MetricsBindAddress); err != nil || !ap.Addr().IsLoopback() {
+		t.Errorf("the shipped config binds metrics to %q: want a loopback address (127.0.0.1:10249)", o.MetricsBindAddress)
+	}
 
 	// The init container runs `ipvsproxy prepare-node` with the proxy's
 	// own arguments and config, so it sets exactly the sysctls the proxy
@@ -294,6 +300,16 @@ func TestDaemonSetShape(t *testing.T) {
 		!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("main container security context %+v: want unprivileged, drop ALL, add NET_ADMIN NET_RAW", sc)
 	}
+	// RuntimeDefault seccomp for every container it applies to (a
+	// privileged container runs unconfined whatever it says).
+	for _, ct := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		if ct.SecurityContext != nil && ct.SecurityContext.Privileged != nil && *ct.SecurityContext.Privileged {
+			continue
+		}
+		if p := seccompOf(spec, ct); p == nil || p.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("container %s: seccomp profile %+v, want RuntimeDefault", ct.Name, p)
+		}
+	}
 	for _, m := range []struct {
 		vol, host, path string
 		ro              bool
@@ -303,6 +319,17 @@ func TestDaemonSetShape(t *testing.T) {
 			t.Errorf("volume %s: want hostPath %s at %s (readOnly %v)", m.vol, m.host, m.path, m.ro)
 		}
 	}
+}
+
+// seccompOf is the container's seccomp profile: its own, else the pod's.
+func seccompOf(spec corev1.PodSpec, c corev1.Container) *corev1.SeccompProfile {
+	if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+		return c.SecurityContext.SeccompProfile
+	}
+	if spec.SecurityContext != nil {
+		return spec.SecurityContext.SeccompProfile
+	}
+	return nil
 }
 
 func mountPath(c corev1.Container, vol string) string {

@@ -3,7 +3,10 @@
 //
 // /healthz is 200 while the proxy keeps up: nothing is pending, or the
 // oldest pending change is younger than the timeout (kube-proxy: 2 ×
-// syncPeriod), and the node is not being removed. /livez ignores the node.
+// syncPeriod), and the node is not being removed. A change is no longer
+// pending once a sync batch holding it ran to its end, even if the kernel
+// refused one Service's objects (that Service gets a Warning Event and is
+// retried): one bad Service must not fail every node's probes. /livez ignores the node.
 // Both answer 503 otherwise, with the same small JSON body. The body holds
 // timestamps and a boolean only: nothing secret is ever exposed.
 package healthz
@@ -20,7 +23,7 @@ import (
 // Source tells the server how the proxy is doing.
 type Source interface {
 	// Pending returns when the oldest unsynced change was queued (zero when
-	// none) and when the last fully successful sync ended.
+	// none) and when the last sync batch without a node-wide failure ended.
 	Pending() (queued, synced time.Time)
 }
 

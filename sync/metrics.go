@@ -21,6 +21,7 @@ type Metrics struct {
 	ServicePending     prometheus.Gauge
 	Syncs              *prometheus.CounterVec
 	SyncFailures       prometheus.Counter
+	ServicesFailing    prometheus.Gauge
 	KernelOps          *prometheus.CounterVec
 	ServicesProgrammed prometheus.Gauge
 	NoLocalEndpoints   *prometheus.GaugeVec
@@ -80,6 +81,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ipvsproxy", Name: "sync_failed_services_total",
 			Help: "Service syncs that failed and were queued for retry"}),
+		ServicesFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ipvsproxy", Name: "services_sync_failing",
+			Help: "Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event"}),
 		KernelOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ipvsproxy", Name: "kernel_ops_total",
 			Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"}),
@@ -99,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
-			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.KernelOps,
+			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
 			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.SetGrowths)
 	}
 	return m
@@ -126,7 +130,9 @@ func (m *Metrics) changed(endpoints bool, at time.Time) {
 	m.LastQueued.Set(float64(at.UnixNano()) / 1e9)
 }
 
-func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed, stillQueued int) {
+// synced records a batch. nodeOK: no node-wide step failed, so the batch
+// counts as a sync even if some services failed (see processBatch).
+func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed int, nodeOK bool, stillQueued int) {
 	kind := "incremental"
 	if full {
 		kind = "full"
@@ -134,7 +140,7 @@ func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed
 	m.Syncs.WithLabelValues(kind).Inc()
 	m.SyncDuration.Observe(end.Sub(start).Seconds())
 	m.SyncFailures.Add(float64(failed))
-	if failed == 0 {
+	if nodeOK {
 		m.LastSync.Set(float64(end.UnixNano()) / 1e9)
 		if queuedAt != 0 {
 			m.NetworkProgramming.Observe(end.Sub(time.Unix(0, queuedAt)).Seconds())
@@ -161,6 +167,8 @@ func (m *Metrics) noLocalEndpoints(byKey map[string]noLocal) {
 	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
 	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
 }
+
+func (m *Metrics) servicesFailing(n int) { m.ServicesFailing.Set(float64(n)) }
 
 func (m *Metrics) draining(n int) { m.Draining.Set(float64(n)) }
 

@@ -76,13 +76,16 @@ type Runner struct {
 	metrics *Metrics
 
 	reported gosync.Map // service key → last problems reported, to deduplicate events
-	noLocal  map[string]noLocal
+	// failing: service key → the text of its last sync error, while its
+	// sync fails. A Warning Event is posted when the text changes.
+	failing map[string]string
+	noLocal map[string]noLocal
 
 	nodeMu      gosync.Mutex
 	nodeUpdates []NodeFacts // applied by the sync goroutine at its next batch
 
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
-	lastSynced atomic.Int64 // unix nanos of the end of the last successful batch
+	lastSynced atomic.Int64 // unix nanos of the end of the last batch without a node-wide failure
 	fullDone   atomic.Bool  // the first full pass (adoption) has completed
 	// informersSynced: the informers' handlers have had their initial
 	// lists. No full pass (and so no prune) starts before.
@@ -118,6 +121,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		rec:     rec,
 		metrics: m,
 		noLocal: map[string]noLocal{},
+		failing: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipvsproxy"}),
@@ -246,6 +250,37 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	r.learnMissingSchedulers(failed)
 	r.clearStaleFlows()
 	end := time.Now()
+	r.requeueFailed(keys, failed)
+	// The node is syncing when the batch ran to its end: a Service the
+	// kernel refuses is that Service's problem (retried with backoff,
+	// a Warning Event, ipvsproxy_services_sync_failing), not the node's, or
+	// one tenant's bad Service would fail every node's probes and take
+	// every node out of its load balancers (kube-proxy's semantics too).
+	// Only node-wide failures — the node set-up, the full pass's kernel
+	// read or its prune — keep the oldest change pending.
+	nodeOK := failed[fullSyncKey] == nil
+	if nodeOK {
+		r.lastSynced.Store(end.UnixNano())
+	} else if queuedAt != 0 {
+		r.lastQueued.CompareAndSwap(0, queuedAt)
+	}
+	r.noteServiceFailures(keys, failed)
+	r.metrics.synced(passFinished, start, end, queuedAt, len(failed), nodeOK, r.queue.Len())
+	if len(keys) == 0 {
+		return true // a step of a pass: nothing to coalesce
+	}
+	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	return true
+}
+
+// requeueFailed hands the batch's keys back to the queue, and queues with
+// backoff the keys that failed in the full pass's step.
+func (r *Runner) requeueFailed(keys []string, failed map[string]error) {
 	for _, k := range keys {
 		r.done(k, failed[k])
 	}
@@ -257,23 +292,6 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 			r.queue.AddRateLimited(k)
 		}
 	}
-	if len(failed) == 0 {
-		r.lastSynced.Store(end.UnixNano())
-	} else if queuedAt != 0 {
-		// Not done: the oldest pending change is still pending.
-		r.lastQueued.CompareAndSwap(0, queuedAt)
-	}
-	r.metrics.synced(passFinished, start, end, queuedAt, len(failed), r.queue.Len())
-	if len(keys) == 0 {
-		return true // a step of a pass: nothing to coalesce
-	}
-	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	return true
 }
 
 // takeQueued waits for a key and returns it with every key queued so far.
@@ -566,8 +584,9 @@ func (r *Runner) beginFullPass() error {
 }
 
 // Pending returns when the oldest change not yet synced was queued (zero
-// when nothing is pending), and when the last batch that fully succeeded
-// ended. /healthz is built on these.
+// when nothing is pending), and when the last batch without a node-wide
+// failure ended (services that failed in it do not count: see
+// processBatch). /healthz is built on these.
 func (r *Runner) Pending() (queued, synced time.Time) {
 	if q := r.lastQueued.Load(); q != 0 {
 		queued = time.Unix(0, q)

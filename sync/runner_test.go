@@ -54,6 +54,13 @@ func startRunner(t *testing.T, syncPeriod time.Duration) *runnerHarness {
 // startRunnerWith lets a test wrap the informers' synced check.
 func startRunnerWith(t *testing.T, syncPeriod time.Duration, wrapSynced func(func() bool) func() bool) *runnerHarness {
 	t.Helper()
+	return startRunnerConfig(t, syncPeriod, wrapSynced, nil)
+}
+
+// startRunnerConfig lets a test also change the runner's configuration.
+func startRunnerConfig(t *testing.T, syncPeriod time.Duration, wrapSynced func(func() bool) func() bool,
+	configure func(*RunnerConfig)) *runnerHarness {
+	t.Helper()
 	h := &runnerHarness{k: newKernel(t), client: fake.NewClientset(), events: &recordedEvents{}, done: make(chan struct{})}
 	var sets []string
 	for _, s := range OwnedSets(true, true) {
@@ -61,8 +68,12 @@ func startRunnerWith(t *testing.T, syncPeriod time.Duration, wrapSynced func(fun
 	}
 	rec := NewReconciler(h.k.Kernel(), sets, nil)
 	tracker := NewTracker()
-	h.runner = NewRunner(RunnerConfig{Build: testConfig, SyncPeriod: syncPeriod, Events: h.events,
-		RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}, tracker, rec)
+	cfg := RunnerConfig{Build: testConfig, SyncPeriod: syncPeriod, Events: h.events,
+		RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}
+	if configure != nil {
+		configure(&cfg)
+	}
+	h.runner = NewRunner(cfg, tracker, rec)
 	factory := informers.NewSharedInformerFactory(h.client, 0)
 	si := factory.Core().V1().Services().Informer()
 	ei := factory.Discovery().V1().EndpointSlices().Informer()

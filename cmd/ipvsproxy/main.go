@@ -9,7 +9,6 @@ import (
 )
 
 func main() {
-	if err := app.NewCommand().Execute(); err != nil {
-		os.Exit(app.ExitCode(err)) // diff: 1 = different, 2 = error
-	}
+	// 1 = failed (diff: different), 2 = usage error (diff: any error).
+	os.Exit(app.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

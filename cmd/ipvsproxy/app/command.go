@@ -3,6 +3,7 @@
 package app
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"runtime"
@@ -27,8 +28,14 @@ iptables rules, changing only what changed. It replaces kube-proxy's IPVS
 mode and keeps its names, flags and metrics.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.NoArgs,
+		Args:          noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cleanupFlag && o.WriteConfigTo != "" {
+				// kube-proxy writes the file and silently skips the
+				// cleanup; an operator asking for both gets neither
+				// and is told why.
+				return usageError(cmd, errors.New("--cleanup and --write-config-to cannot be used together: --write-config-to only writes the configuration and exits; run them one after the other"))
+			}
 			cf, err := o.loadConfig(cmd.Flags())
 			if err != nil {
 				return fail(cmd, err)
@@ -51,14 +58,13 @@ mode and keeps its names, flags and metrics.`,
 	klog.InitFlags(gofs)
 	// Persistent, so every subcommand takes the proxy's -v too.
 	cmd.PersistentFlags().AddGoFlagSet(gofs)
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fail(c, fmt.Errorf("%v (see --help)", err))
-	})
+	// Inherited by the subcommands.
+	cmd.SetFlagErrorFunc(usageError)
 	cmd.AddCommand(newCleanupCommand(), newDiffCommand(), newStatusCommand(), newPrepareNodeCommand())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintf(cmd.OutOrStdout(), "ipvsproxy %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
@@ -66,10 +72,11 @@ mode and keeps its names, flags and metrics.`,
 	return cmd
 }
 
-// fail prints err as one line on stderr and returns it.
+// fail prints err as one line on stderr and returns it, marked as told.
 func fail(cmd *cobra.Command, err error) error {
-	if err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "ipvsproxy: %v\n", err)
+	if err == nil {
+		return nil
 	}
-	return err
+	fmt.Fprintf(cmd.ErrOrStderr(), "ipvsproxy: %v\n", err)
+	return &reportedError{err}
 }

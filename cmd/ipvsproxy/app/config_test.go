@@ -234,6 +234,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"bad value names the field", kpHeader + "ipvs:\n  scheduler: fastest\n", `ipvs.scheduler: --ipvs-scheduler "fastest": not an IPVS scheduler`},
 		{"bad bind address names the field", kpHeader + "metricsBindAddress: localhost:10249\n", `metricsBindAddress: --metrics-bind-address "localhost:10249": want ip:port`},
 		{"bad content type names the field", kpHeader + "clientConnection:\n  contentType: text/plain\n", `clientConnection.contentType: --kube-api-content-type "text/plain"`},
+		{"negative grace period names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ngracefulTerminationPeriod: -5s\n", `gracefulTerminationPeriod: --ipvs-graceful-termination-period -5s: must not be negative`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
 		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},
 	}

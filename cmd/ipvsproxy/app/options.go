@@ -148,7 +148,10 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--ipvs-tcp-timeout", o.TCPTimeout}, {"--ipvs-tcpfin-timeout", o.TCPFinTimeout}, {"--ipvs-udp-timeout", o.UDPTimeout}} {
+	}{{"--ipvs-tcp-timeout", o.TCPTimeout}, {"--ipvs-tcpfin-timeout", o.TCPFinTimeout}, {"--ipvs-udp-timeout", o.UDPTimeout},
+		// Negative would delete every removed backend at once, dropping
+		// its connections: the opposite of what a grace period is for.
+		{"--ipvs-graceful-termination-period", o.GracePeriod}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
 		}

@@ -25,6 +25,7 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--iptables-backend", "ebpf"}, `--iptables-backend "ebpf": want auto, legacy or nft`},
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
+		{[]string{"--ipvs-graceful-termination-period", "-1s"}, "--ipvs-graceful-termination-period -1s: must not be negative"},
 		{[]string{"--stats-max-services", "-1"}, "--stats-max-services -1: must be 0 (no per-service metrics) or more"},
 		{[]string{"--kube-api-qps", "-1"}, "--kube-api-qps -1: must be 0 or more"},
 		{[]string{"--kube-api-qps", "NaN"}, "--kube-api-qps NaN: must be 0 or more"},

@@ -61,7 +61,7 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 	cmd := &cobra.Command{
 		Use:           use,
 		Short:         short,
-		Args:          cobra.NoArgs,
+		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -123,10 +123,6 @@ func newDiffCommand() *cobra.Command {
 			return nil
 		})
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "Output format: text (ipvsadm/ipset-like lines) or json.")
-	// diff exits 1 for "different", so a bad flag must say 2 like any error.
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{2, fail(c, fmt.Errorf("%v (see --help)", err))}
-	})
 	return cmd
 }
 

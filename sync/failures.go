@@ -1,0 +1,55 @@
+package sync
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// ReasonSyncFailed is the reason of the Warning Event on a Service whose
+// kernel objects could not be written.
+const ReasonSyncFailed = "IPVSProxySyncFailed"
+
+// maxEventMessage bounds a Warning's message: a Service with thousands of
+// refused real servers must not post a megabyte-long Event.
+const maxEventMessage = 1000
+
+// noteServiceFailures keeps the record of the services whose sync fails.
+// A service enters it with a Warning Event, gets another only when its
+// error changes (its retries, every 0.5 s to 2 min, post nothing: a
+// permanent failure must not flood the API server), and leaves it when a
+// sync of it succeeds. Every failed key is queued again, so a failing key
+// is always synced again and so always leaves the record in the end.
+func (r *Runner) noteServiceFailures(keys []string, failed map[string]error) {
+	for _, k := range keys {
+		if failed[k] == nil {
+			delete(r.failing, k)
+		}
+	}
+	for k, err := range failed {
+		if k != fullSyncKey {
+			r.warnSyncFailed(k, err)
+		}
+	}
+	r.metrics.servicesFailing(len(r.failing))
+}
+
+func (r *Runner) warnSyncFailed(key string, err error) {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if len(msg) > maxEventMessage {
+		msg = fmt.Sprintf("%s… (%d more bytes)", msg[:maxEventMessage], len(msg)-maxEventMessage)
+	}
+	if r.failing[key] == msg {
+		return
+	}
+	r.failing[key] = msg
+	if _, ok := ipvs.MissingScheduler(err); ok {
+		return // its retry falls back to the default scheduler, with a Warning of its own
+	}
+	svc, _ := r.tracker.Get(key)
+	if svc == nil || r.cfg.Events == nil {
+		return // being deleted: nobody to tell
+	}
+	r.cfg.Events.Warning(svc, ReasonSyncFailed, "programming this Service failed; retrying with backoff: "+msg)
+}
