@@ -32,6 +32,17 @@ func (b *serviceBuilder) problem(format string, args ...any) {
 	b.out.Problems = append(b.out.Problems, fmt.Sprintf(format, args...))
 }
 
+// excluded reports, with a problem, a service address inside
+// --ipvs-exclude-cidrs: what is there is someone else's, so the service
+// writes nothing for it (no virtual server, address or set entry).
+func (b *serviceBuilder) excluded(what string, a netip.Addr) bool {
+	p, ok := b.cfg.excludedBy(a)
+	if ok {
+		b.problem("%s %s is in --ipvs-exclude-cidrs %s; not programmed", what, a, p)
+	}
+	return ok
+}
+
 // parseExternal validates the service's external IPs, load-balancer
 // ingress IPs and source ranges once, reporting what is malformed.
 func (b *serviceBuilder) parseExternal() {
@@ -41,7 +52,9 @@ func (b *serviceBuilder) parseExternal() {
 			b.problem("externalIP %q is not a unicast IP address", truncate(s))
 			continue
 		}
-		b.externalIPs = append(b.externalIPs, ip.Unmap())
+		if !b.excluded("externalIP", ip.Unmap()) {
+			b.externalIPs = append(b.externalIPs, ip.Unmap())
+		}
 	}
 	if b.svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 		for _, ing := range b.svc.Status.LoadBalancer.Ingress {
@@ -56,7 +69,9 @@ func (b *serviceBuilder) parseExternal() {
 				b.problem("load balancer ingress IP %q is not a unicast IP address", truncate(ing.IP))
 				continue
 			}
-			b.lbIPs = append(b.lbIPs, ip.Unmap())
+			if !b.excluded("load balancer ingress IP", ip.Unmap()) {
+				b.lbIPs = append(b.lbIPs, ip.Unmap())
+			}
 		}
 		for _, s := range b.svc.Spec.LoadBalancerSourceRanges {
 			b.sourceRange(s)

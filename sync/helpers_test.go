@@ -154,6 +154,7 @@ type engine struct {
 	rec      *Reconciler
 	services map[string]*v1.Service
 	slices   map[string][]*discovery.EndpointSlice
+	cfg      *Config // testConfig unless set
 }
 
 func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
@@ -166,7 +167,11 @@ func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
 }
 
 func (e *engine) want(key string) *ServiceState {
-	st, _ := BuildService(e.services[key], e.slices[key], &testConfig)
+	cfg := e.cfg
+	if cfg == nil {
+		cfg = &testConfig
+	}
+	st, _ := BuildService(e.services[key], e.slices[key], cfg)
 	return &st
 }
 
