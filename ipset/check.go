@@ -126,9 +126,7 @@ func (s Set) describe() string {
 // the kernel would silently ignore.
 func normalizeEntry(s Set, e Entry) (Entry, error) {
 	e.IP, e.IP2 = e.IP.Unmap(), e.IP2.Unmap()
-	if e.Net.IsValid() {
-		e.Net = netip.PrefixFrom(e.Net.Addr().Unmap(), e.Net.Bits()).Masked()
-	}
+	e.Net = unmapNet(e.Net)
 	uses := struct{ ip, proto, ip2, net bool }{ip: s.Type != BitmapPort}
 	switch s.Type {
 	case HashIPPort:
@@ -160,6 +158,20 @@ func normalizeEntry(s Set, e Entry) (Entry, error) {
 		return e, fmt.Errorf("%s entries have no port", s.Type)
 	}
 	return e, nil
+}
+
+// unmapNet turns an IPv4-mapped net (::ffff:a.b.c.d/n, n ≥ 96) into the
+// IPv4 net it maps, as addresses are unmapped, and clears host bits. A
+// mapped net with fewer bits also covers non-mapped IPv6 addresses and
+// stays as it is.
+func unmapNet(n netip.Prefix) netip.Prefix {
+	if !n.IsValid() {
+		return n
+	}
+	if a := n.Addr(); a.Is4In6() && n.Bits() >= 96 {
+		n = netip.PrefixFrom(a.Unmap(), n.Bits()-96)
+	}
+	return n.Masked()
 }
 
 func checkAddr(what string, a netip.Addr, used bool, f Family) error {

@@ -32,6 +32,17 @@ func (b *serviceBuilder) problem(format string, args ...any) {
 	b.out.Problems = append(b.out.Problems, fmt.Sprintf(format, args...))
 }
 
+// excluded reports, with a problem, a service address inside
+// --ipvs-exclude-cidrs: what is there is someone else's, so the service
+// writes nothing for it (no virtual server, address or set entry).
+func (b *serviceBuilder) excluded(what string, a netip.Addr) bool {
+	p, ok := b.cfg.excludedBy(a)
+	if ok {
+		b.problem("%s %s is in --ipvs-exclude-cidrs %s; not programmed", what, a, p)
+	}
+	return ok
+}
+
 // parseExternal validates the service's external IPs, load-balancer
 // ingress IPs and source ranges once, reporting what is malformed.
 func (b *serviceBuilder) parseExternal() {
@@ -41,7 +52,9 @@ func (b *serviceBuilder) parseExternal() {
 			b.problem("externalIP %q is not a unicast IP address", truncate(s))
 			continue
 		}
-		b.externalIPs = append(b.externalIPs, ip.Unmap())
+		if !b.excluded("externalIP", ip.Unmap()) {
+			b.externalIPs = append(b.externalIPs, ip.Unmap())
+		}
 	}
 	if b.svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 		for _, ing := range b.svc.Status.LoadBalancer.Ingress {
@@ -56,17 +69,34 @@ func (b *serviceBuilder) parseExternal() {
 				b.problem("load balancer ingress IP %q is not a unicast IP address", truncate(ing.IP))
 				continue
 			}
-			b.lbIPs = append(b.lbIPs, ip.Unmap())
+			if !b.excluded("load balancer ingress IP", ip.Unmap()) {
+				b.lbIPs = append(b.lbIPs, ip.Unmap())
+			}
 		}
 		for _, s := range b.svc.Spec.LoadBalancerSourceRanges {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				b.problem("loadBalancerSourceRanges: %q is not a CIDR", truncate(s))
-				continue
-			}
-			b.sourceRanges = append(b.sourceRanges, p.Masked())
+			b.sourceRange(s)
 		}
 	}
+}
+
+// sourceRange parses one loadBalancerSourceRanges value. An IPv4-mapped
+// IPv6 range (::ffff:a.b.c.d/n, n ≥ 96) is read as the IPv4 range it maps,
+// as Go's net package and so kube-proxy classify it: no IPv6 packet carries
+// such a source, so in an inet6 set it would match nothing (and the ipset
+// adapter refuses it there).
+func (b *serviceBuilder) sourceRange(s string) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		b.problem("loadBalancerSourceRanges: %q is not a CIDR", truncate(s))
+		return
+	}
+	p = p.Masked()
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		v4 := netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		b.problem("loadBalancerSourceRanges: %q is an IPv4-mapped IPv6 range; applied as %s", truncate(s), v4)
+		p = v4
+	}
+	b.sourceRanges = append(b.sourceRanges, p)
 }
 
 // port adds every virtual server of one service port in the family of ip
@@ -132,12 +162,20 @@ func (b *serviceBuilder) externallyReached(ip netip.Addr, proto ipvs.Protocol, p
 // SOURCE-CIDR set lists who may come in. When a range holds one of the
 // node's own addresses, the node may reach the LB IP through itself
 // (hairpin), as in kube-proxy: a SOURCE-IP entry with the LB IP as source.
+// A range covering the whole family (0.0.0.0/0, ::/0) lets every client
+// in, so that family's LB IPs get no firewall entry at all, as in
+// kube-proxy (kubernetes#132722): the kernel refuses a /0 net, and an FW
+// entry without it would drop every client.
 func (b *serviceBuilder) sourceRangeEntries(lb netip.Addr, proto ipvs.Protocol, port uint16, v6 bool) {
 	var ranges []netip.Prefix
 	for _, p := range b.sourceRanges {
-		if p.Addr().Is6() == v6 {
-			ranges = append(ranges, p)
+		if p.Addr().Is6() != v6 {
+			continue
 		}
+		if p.Bits() == 0 {
+			return // everyone may come in
+		}
+		ranges = append(ranges, p)
 	}
 	if len(ranges) == 0 {
 		return

@@ -39,6 +39,21 @@ type Config struct {
 	// module is not loaded; a service asking for one gets the default,
 	// and a Warning, as for an unknown name.
 	MissingSchedulers map[string]bool
+	// ExcludeCIDRs is --ipvs-exclude-cidrs: virtual servers and addresses
+	// there belong to someone else (keepalived, a hand-made LVS). A
+	// service address inside is never programmed, so never adopted,
+	// rewritten or deleted either, and the service gets a Warning.
+	ExcludeCIDRs []netip.Prefix
+}
+
+// excludedBy returns the --ipvs-exclude-cidrs prefix holding a, if any.
+func (c *Config) excludedBy(a netip.Addr) (netip.Prefix, bool) {
+	for _, p := range c.ExcludeCIDRs {
+		if p.Contains(a) {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // Built is everything BuildService derives from one service.
@@ -89,7 +104,7 @@ func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Buil
 			continue
 		}
 		ip = ip.Unmap()
-		if (ip.Is4() && !cfg.IPv4) || (ip.Is6() && !cfg.IPv6) {
+		if (ip.Is4() && !cfg.IPv4) || (ip.Is6() && !cfg.IPv6) || sb.excluded("clusterIP", ip) {
 			continue
 		}
 		for i := range svc.Spec.Ports {

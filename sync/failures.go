@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -36,6 +37,12 @@ func (r *Runner) noteServiceFailures(keys []string, failed map[string]error) {
 }
 
 func (r *Runner) warnSyncFailed(key string, err error) {
+	// A conflict names the Service that holds the virtual server, maybe
+	// another tenant's: reportConflicts words it without the name.
+	if err = dropConflicts(err); err == nil {
+		delete(r.failing, key)
+		return
+	}
 	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 	if len(msg) > maxEventMessage {
 		msg = fmt.Sprintf("%s… (%d more bytes)", msg[:maxEventMessage], len(msg)-maxEventMessage)
@@ -52,4 +59,23 @@ func (r *Runner) warnSyncFailed(key string, err error) {
 		return // being deleted: nobody to tell
 	}
 	r.cfg.Events.Warning(svc, ReasonSyncFailed, "programming this Service failed; retrying with backoff: "+msg)
+}
+
+// dropConflicts returns err without its ConflictErrors (nil if nothing
+// else is left).
+func dropConflicts(err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if errors.Is(err, ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		if e = dropConflicts(e); e != nil {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
 }

@@ -138,6 +138,8 @@ func (r *Reconciler) passKey(key string, w *ServiceState) error {
 	if w == nil {
 		w = &ServiceState{}
 	}
+	// Never adopt what another key owns (Sync would only leave it out).
+	w, conflicts := r.withoutConflicts(key, w)
 	if err := r.loadRealsOf(key, w, p.snap); err != nil {
 		return fmt.Errorf("read real servers: %w", err)
 	}
@@ -149,7 +151,7 @@ func (r *Reconciler) passKey(key string, w *ServiceState) error {
 		p.adopted++
 	}
 	err := r.Sync(key, w)
-	err = errors.Join(err, r.pruneReals(key, p.snap))
+	err = errors.Join(err, conflicts, r.pruneReals(key, p.snap))
 	releaseReals(w, p.snap)
 	return err
 }

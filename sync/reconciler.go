@@ -112,16 +112,79 @@ func (r *Reconciler) observe(object, verb string, err error) error {
 	return err
 }
 
+// ConflictError is the part of a Sync's error saying that a virtual
+// server key wants is another key's; errors.Is(err, ErrConflict) holds.
+type ConflictError struct {
+	VS    ipvs.ServiceKey
+	Owner string // the service key that programs it
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s: %s %s", e.VS, ErrConflict, e.Owner)
+}
+
+// Is makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
 // Sync makes the kernel hold want for key, touching only the objects in
 // which want differs from what was applied for key before. An empty want
-// removes the key's objects. It never lists the kernel.
+// removes the key's objects. It never lists the kernel. What another key
+// already programs is left out (see withoutConflicts) and reported as a
+// ConflictError, so the key is retried until it is free.
 func (r *Reconciler) Sync(key string, want *ServiceState) error {
+	if want == nil {
+		want = &ServiceState{}
+	}
+	want, conflicts := r.withoutConflicts(key, want)
+	return errors.Join(r.apply(key, want), conflicts)
+}
+
+// withoutConflicts returns want minus what another key owns: each virtual
+// server another key programs, the set entries of its address, protocol
+// and port (a KUBE-EXTERNAL-IP or KUBE-LOAD-BALANCER-FW entry would change
+// how the kernel treats the owner's traffic), and the address with its
+// KUBE-IPVS-IPS entry when none of want's other virtual servers is on it
+// (a reference would keep the owner's address bound after the owner is
+// deleted). want itself is returned when nothing conflicts.
+func (r *Reconciler) withoutConflicts(key string, want *ServiceState) (*ServiceState, error) {
+	var lost []ipvs.ServiceKey
+	var errs []error
+	for _, v := range want.VirtualServers {
+		if owner, ok := r.vsOwner[v.VS.ServiceKey]; ok && owner != key {
+			lost = append(lost, v.VS.ServiceKey)
+			errs = append(errs, &ConflictError{VS: v.VS.ServiceKey, Owner: owner})
+		}
+	}
+	if len(lost) == 0 {
+		return want, nil
+	}
+	out := &ServiceState{VirtualServers: slices.DeleteFunc(slices.Clone(want.VirtualServers), func(v VirtualServerState) bool {
+		return slices.Contains(lost, v.VS.ServiceKey)
+	})}
+	unbound := map[netip.Addr]bool{}
+	for _, k := range lost {
+		unbound[k.Address] = !slices.ContainsFunc(out.VirtualServers, func(v VirtualServerState) bool { return v.VS.Address == k.Address })
+	}
+	out.Addresses = slices.DeleteFunc(slices.Clone(want.Addresses), func(a netip.Addr) bool { return unbound[a] })
+	out.Entries = slices.DeleteFunc(slices.Clone(want.Entries), func(e SetEntry) bool {
+		if unbound[e.Entry.IP] && e.Entry == (ipset.Entry{IP: e.Entry.IP}) {
+			return true // KUBE-IPVS-IPS
+		}
+		if e.Set == SetName(SetLoopBack, false) || e.Set == SetName(SetLoopBack, true) {
+			return false // keyed by an endpoint, not a virtual server
+		}
+		return slices.ContainsFunc(lost, func(k ipvs.ServiceKey) bool {
+			return e.Entry.IP == k.Address && e.Entry.Protocol == k.Protocol.String() && e.Entry.Port == k.Port
+		})
+	})
+	return out, errors.Join(errs...)
+}
+
+// apply is Sync for a want without conflicts.
+func (r *Reconciler) apply(key string, want *ServiceState) error {
 	have := r.applied[key]
 	if have == nil {
 		have = &ServiceState{}
-	}
-	if want == nil {
-		want = &ServiceState{}
 	}
 	if r.pending != nil {
 		if err := r.loadRealsOf(key, want, r.pending); err != nil {
@@ -299,7 +362,7 @@ func (r *Reconciler) removeEntry(e SetEntry) error {
 func (r *Reconciler) addVS(key string, n VirtualServerState) (VirtualServerState, bool, error) {
 	k := n.VS.ServiceKey
 	if owner, ok := r.vsOwner[k]; ok && owner != key {
-		return VirtualServerState{}, false, fmt.Errorf("%s: %w %s", k, ErrConflict, owner)
+		return VirtualServerState{}, false, &ConflictError{VS: k, Owner: owner}
 	}
 	err := r.kernel.IPVS.AddVirtualServer(n.VS)
 	if ipvs.IsExist(err) {

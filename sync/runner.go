@@ -2,6 +2,8 @@ package sync
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -78,8 +80,9 @@ type Runner struct {
 	reported gosync.Map // service key → last problems reported, to deduplicate events
 	// failing: service key → the text of its last sync error, while its
 	// sync fails. A Warning Event is posted when the text changes.
-	failing map[string]string
-	noLocal map[string]noLocal
+	failing   map[string]string
+	conflicts map[string]string // service key → last conflicts reported
+	noLocal   map[string]noLocal
 
 	nodeMu      gosync.Mutex
 	nodeUpdates []NodeFacts // applied by the sync goroutine at its next batch
@@ -116,12 +119,13 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		m = NewMetrics(nil)
 	}
 	r := &Runner{
-		cfg:     cfg,
-		tracker: t,
-		rec:     rec,
-		metrics: m,
-		noLocal: map[string]noLocal{},
-		failing: map[string]string{},
+		cfg:       cfg,
+		tracker:   t,
+		rec:       rec,
+		metrics:   m,
+		noLocal:   map[string]noLocal{},
+		failing:   map[string]string{},
+		conflicts: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipvsproxy"}),
@@ -248,6 +252,7 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	failed := r.syncKeys(keys)
 	passFinished := r.stepFullPass(passWanted, start, failed)
 	r.learnMissingSchedulers(failed)
+	r.reportConflicts(failed)
 	r.clearStaleFlows()
 	end := time.Now()
 	r.requeueFailed(keys, failed)
@@ -474,6 +479,49 @@ func (r *Runner) report(key string, svc *v1.Service, problems []string) {
 	if r.cfg.Events != nil {
 		r.cfg.Events.Warning(svc, "IPVSProxyInvalidService", msg)
 	}
+}
+
+// reportConflicts tells each service that wants a virtual server another
+// one programs, once per distinct set of conflicts, in a Warning Event.
+// The owner is only logged: it may be another tenant's Service. A key is
+// told again after a sync that had no conflict.
+func (r *Runner) reportConflicts(failed map[string]error) {
+	for k := range r.conflicts {
+		if !errors.Is(failed[k], ErrConflict) {
+			delete(r.conflicts, k)
+		}
+	}
+	for k, err := range failed {
+		msg := strings.Join(conflictMessages(err), "; ")
+		if msg == "" || r.conflicts[k] == msg {
+			continue
+		}
+		r.conflicts[k] = msg
+		if svc, _ := r.tracker.Get(k); svc != nil && r.cfg.Events != nil {
+			r.cfg.Events.Warning(svc, "IPVSProxyConflict", msg)
+		}
+	}
+}
+
+// conflictMessages words each ConflictError in err for the loser's owner.
+func conflictMessages(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		switch x := e.(type) {
+		case *ConflictError:
+			out = append(out, fmt.Sprintf("virtual server %s is already programmed for another Service; nothing is written for it until that Service releases it", x.VS))
+		case interface{ Unwrap() []error }:
+			for _, y := range x.Unwrap() {
+				walk(y)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		}
+	}
+	walk(err)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (r *Runner) syncKeys(keys []string) map[string]error {

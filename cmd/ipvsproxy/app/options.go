@@ -88,7 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Scheduler, "ipvs-scheduler", o.Scheduler, "The default IPVS scheduler: rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq or mh.")
 	fs.DurationVar(&o.SyncPeriod, "ipvs-sync-period", o.SyncPeriod, "How often a full pass reads the kernel and repairs drift (> 0).")
 	fs.DurationVar(&o.MinSyncPeriod, "ipvs-min-sync-period", o.MinSyncPeriod, "The least time between two sync batches; changes arriving meanwhile are coalesced.")
-	fs.StringSliceVar(&o.ExcludeCIDRs, "ipvs-exclude-cidrs", o.ExcludeCIDRs, "CIDRs whose IPVS virtual servers and addresses ipvsproxy never removes.")
+	fs.StringSliceVar(&o.ExcludeCIDRs, "ipvs-exclude-cidrs", o.ExcludeCIDRs, "CIDRs whose IPVS virtual servers and addresses ipvsproxy never touches: never removed, and a Service address inside is not programmed (Warning Event).")
 	fs.BoolVar(&o.StrictARP, "ipvs-strict-arp", o.StrictARP, "Set arp_ignore=1 and arp_announce=2 so the node does not answer ARP for service addresses.")
 	fs.DurationVar(&o.TCPTimeout, "ipvs-tcp-timeout", o.TCPTimeout, "IPVS timeout for idle TCP connections; 0 leaves the kernel's value.")
 	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
@@ -210,6 +210,14 @@ func (o *Options) clusterCIDRs() ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// buildConfig is the builder's configuration before the node watcher adds
+// the node's addresses and zone: the proxy, `diff` and the stats index
+// must build services alike.
+func (o *Options) buildConfig(nodeName string, v6 bool) sync.Config {
+	exclude, _ := o.excludeCIDRs() // validated at start
+	return sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6, ExcludeCIDRs: exclude}
 }
 
 func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {

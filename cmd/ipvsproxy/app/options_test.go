@@ -115,3 +115,18 @@ func TestDetectLocalModeFlags(t *testing.T) {
 		}
 	}
 }
+
+// --ipvs-exclude-cidrs reaches the builder, so a Service address inside
+// is never programmed (not only never pruned).
+func TestExcludeCIDRsReachTheBuilder(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--ipvs-exclude-cidrs", "203.0.113.0/24, fd00:5::1/64"}); err != nil {
+		t.Fatal(err)
+	}
+	got := o.buildConfig("node-a", true).ExcludeCIDRs
+	if len(got) != 2 || got[0].String() != "203.0.113.0/24" || got[1].String() != "fd00:5::/64" {
+		t.Errorf("builder's exclude CIDRs: %v", got)
+	}
+}

@@ -143,7 +143,7 @@ func Run(ctx context.Context, o *Options) error {
 	healthChecks := healthcheck.New()
 	defer healthChecks.Close()
 	runner := sync.NewRunner(sync.RunnerConfig{
-		Build:           sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6},
+		Build:           o.buildConfig(nodeName, v6),
 		SyncPeriod:      o.SyncPeriod,
 		MinSyncPeriod:   o.MinSyncPeriod,
 		Prepare:         setup.ensure,
@@ -166,7 +166,7 @@ func Run(ctx context.Context, o *Options) error {
 	// scrape, is more than most clusters want to pay by default.
 	if o.StatsMaxServices > 0 {
 		reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
-			node.builderConfig(sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6})).Lookup, o.StatsMaxServices))
+			node.builderConfig(o.buildConfig(nodeName, v6))).Lookup, o.StatsMaxServices))
 	}
 	go node.run(ctx, 5*time.Second)
 

@@ -272,7 +272,7 @@ func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName str
 	if _, err := dummy.LocalAddresses(); err != nil {
 		return sync.Config{}, err // the watcher would only log it
 	}
-	cfg := sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6}
+	cfg := o.buildConfig(nodeName, v6)
 	npFilter, _ := o.nodePortFilter()
 	if npFilter.primary {
 		// "primary" falls back to the node IP when the Node has no
