@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,9 +31,13 @@ func nodeBroadcast(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// "10.10.0.255 proto kernel ..." or, as newer kernels print the
+	// route type too, "broadcast 10.10.0.255 proto kernel ...".
 	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && strings.HasSuffix(f[0], ".255") {
-			return f[0]
+		for _, f := range strings.Fields(l) {
+			if ip := net.ParseIP(f); ip != nil && strings.HasSuffix(f, ".255") {
+				return f
+			}
 		}
 	}
 	t.Fatalf("no x.x.x.255 broadcast route of node0 in the local table:\n%s", out)
