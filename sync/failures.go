@@ -3,6 +3,7 @@ package sync
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -78,4 +79,47 @@ func dropConflicts(err error) error {
 		}
 	}
 	return errors.Join(rest...)
+}
+
+// reportConflicts tells each service that wants a virtual server another
+// one programs, once per distinct set of conflicts, in a Warning Event.
+// The owner is only logged: it may be another tenant's Service. A key is
+// told again after a sync that had no conflict.
+func (r *Runner) reportConflicts(failed map[string]error) {
+	for k := range r.conflicts {
+		if !errors.Is(failed[k], ErrConflict) {
+			delete(r.conflicts, k)
+		}
+	}
+	for k, err := range failed {
+		msg := strings.Join(conflictMessages(err), "; ")
+		if msg == "" || r.conflicts[k] == msg {
+			continue
+		}
+		r.conflicts[k] = msg
+		if svc, _ := r.tracker.Get(k); svc != nil && r.cfg.Events != nil {
+			r.cfg.Events.Warning(svc, "IPVSProxyConflict", msg)
+		}
+	}
+}
+
+// conflictMessages words each ConflictError in err for the loser's owner.
+func conflictMessages(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		switch x := e.(type) {
+		case *ConflictError:
+			out = append(out, fmt.Sprintf("virtual server %s is already programmed for another Service; nothing is written for it until that Service releases it", x.VS))
+		case interface{ Unwrap() []error }:
+			for _, y := range x.Unwrap() {
+				walk(y)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		}
+	}
+	walk(err)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

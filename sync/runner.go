@@ -2,9 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -380,63 +377,6 @@ func (r *Runner) clearStaleFlows() {
 	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
-// NodeFacts is what the builder knows about the node it runs on.
-type NodeFacts struct {
-	Zone              string       // the Node's topology.kubernetes.io/zone label
-	NodePortAddresses []netip.Addr // see Config.NodePortAddresses
-	HostAddresses     []netip.Addr // see Config.HostAddresses, sorted
-}
-
-// ApplyTo puts the facts into a builder config.
-func (f NodeFacts) ApplyTo(c *Config) {
-	c.Zone, c.NodePortAddresses, c.HostAddresses = f.Zone, f.NodePortAddresses, f.HostAddresses
-}
-
-// UpdateNode changes what the builder knows about the node. The next
-// batch applies it and syncs the services it affects (a node address
-// change: those with node ports, external or load-balancer IPs; a zone
-// change: every service, as topology hints may route differently), like
-// any other change: no kernel read, no full pass to wait for.
-func (r *Runner) UpdateNode(f NodeFacts) {
-	r.nodeMu.Lock()
-	r.nodeUpdates = append(r.nodeUpdates, f)
-	r.nodeMu.Unlock()
-	now := time.Now()
-	r.lastQueued.CompareAndSwap(0, now.UnixNano())
-	r.queue.Add(nodeKey)
-}
-
-// applyNodeUpdates applies the pending node updates and returns the keys
-// of the services whose desired state they may change.
-func (r *Runner) applyNodeUpdates() []string {
-	r.nodeMu.Lock()
-	updates := r.nodeUpdates
-	r.nodeUpdates = nil
-	r.nodeMu.Unlock()
-	if len(updates) == 0 {
-		return nil
-	}
-	cfg := &r.cfg.Build
-	zoneChanged := false
-	for _, f := range updates {
-		zoneChanged = zoneChanged || f.Zone != cfg.Zone
-		f.ApplyTo(cfg)
-	}
-	r.rec.SetNodePortAddresses(cfg.NodePortAddresses) // the prune's ownership rule
-	if zoneChanged {
-		return r.tracker.Keys()
-	}
-	return r.tracker.KeysWhere(usesNodeAddresses)
-}
-
-// usesNodeAddresses reports whether a service's desired state depends on
-// the node's addresses: node-port virtual servers are made on them, and an
-// external or load-balancer IP that is one of them is not bound again.
-func usesNodeAddresses(svc *v1.Service) bool {
-	return svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer ||
-		len(svc.Spec.ExternalIPs) > 0
-}
-
 type noLocal struct{ internal, external bool }
 
 // build computes one service's desired state, reports its problems, and
@@ -479,49 +419,6 @@ func (r *Runner) report(key string, svc *v1.Service, problems []string) {
 	if r.cfg.Events != nil {
 		r.cfg.Events.Warning(svc, "IPVSProxyInvalidService", msg)
 	}
-}
-
-// reportConflicts tells each service that wants a virtual server another
-// one programs, once per distinct set of conflicts, in a Warning Event.
-// The owner is only logged: it may be another tenant's Service. A key is
-// told again after a sync that had no conflict.
-func (r *Runner) reportConflicts(failed map[string]error) {
-	for k := range r.conflicts {
-		if !errors.Is(failed[k], ErrConflict) {
-			delete(r.conflicts, k)
-		}
-	}
-	for k, err := range failed {
-		msg := strings.Join(conflictMessages(err), "; ")
-		if msg == "" || r.conflicts[k] == msg {
-			continue
-		}
-		r.conflicts[k] = msg
-		if svc, _ := r.tracker.Get(k); svc != nil && r.cfg.Events != nil {
-			r.cfg.Events.Warning(svc, "IPVSProxyConflict", msg)
-		}
-	}
-}
-
-// conflictMessages words each ConflictError in err for the loser's owner.
-func conflictMessages(err error) []string {
-	var out []string
-	var walk func(error)
-	walk = func(e error) {
-		switch x := e.(type) {
-		case *ConflictError:
-			out = append(out, fmt.Sprintf("virtual server %s is already programmed for another Service; nothing is written for it until that Service releases it", x.VS))
-		case interface{ Unwrap() []error }:
-			for _, y := range x.Unwrap() {
-				walk(y)
-			}
-		case interface{ Unwrap() error }:
-			walk(x.Unwrap())
-		}
-	}
-	walk(err)
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 func (r *Runner) syncKeys(keys []string) map[string]error {
