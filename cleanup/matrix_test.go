@@ -35,7 +35,7 @@ type matrixNode struct {
 var (
 	matrixExclude   = []netip.Prefix{netip.MustParsePrefix("10.96.100.0/24")}
 	matrixNodePorts = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
-	matrixConfig    = sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: matrixNodePorts}
+	matrixConfig    = sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: matrixNodePorts, ExcludeCIDRs: matrixExclude}
 )
 
 // foreignObject is something another program made on the node.
@@ -48,9 +48,6 @@ type foreignObject struct {
 	// externalIP, when set, is given to the Service, so that it reaches
 	// the object.
 	externalIP string
-	// servicePath: whether the object is safe depends on the service
-	// path refusing --ipvs-exclude-cidrs addresses (#16 item 4).
-	servicePath bool
 }
 
 var foreignObjects = []foreignObject{
@@ -61,7 +58,7 @@ var foreignObjects = []foreignObject{
 	{name: "foreign VS on a node-port number, not on a node-port address", marker: "192.0.2.20", make: func(t *testing.T, n *matrixNode) {
 		addForeignVS(t, n, "192.0.2.20", 30080, "10.0.0.20")
 	}},
-	{name: "hand-made VS reached through an externalIP", marker: "10.96.100.7", externalIP: "10.96.100.7", servicePath: true,
+	{name: "hand-made VS reached through an externalIP", marker: "10.96.100.7", externalIP: "10.96.100.7",
 		make: func(t *testing.T, n *matrixNode) { addForeignVS(t, n, "10.96.100.7", 80, "10.0.0.7") }},
 	{name: "foreign ipset", marker: "MY-SET", make: func(t *testing.T, n *matrixNode) {
 		must(t, n.k.IPSet.EnsureSet(ipset.Set{Name: "MY-SET", Type: ipset.HashIP, Family: ipset.Inet, HashSize: 1024, MaxElem: 65536}))
@@ -176,9 +173,6 @@ func runMatrix(t *testing.T, newNode func(t *testing.T) *matrixNode, paths []rem
 	for _, path := range paths {
 		for _, obj := range foreignObjects {
 			t.Run(path.name+"/"+obj.name, func(t *testing.T) {
-				if obj.servicePath && !serviceRefusesExcluded {
-					t.Skip("needs the service path to refuse --ipvs-exclude-cidrs addresses (#16 item 4)")
-				}
 				n := newNode(t)
 				obj.make(t, n)
 				before := linesWith(n.view(t), obj.marker)
@@ -199,10 +193,6 @@ func runMatrix(t *testing.T, newNode func(t *testing.T) *matrixNode, paths []rem
 		}
 	}
 }
-
-// serviceRefusesExcluded: the externalIP row runs once the service path
-// honours --ipvs-exclude-cidrs (another branch); see foreignObject.
-const serviceRefusesExcluded = false
 
 // fakeMatrixNode is the fakes after ipvsproxy's node set-up.
 func fakeMatrixNode(t *testing.T) *matrixNode {
