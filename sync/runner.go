@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -222,10 +223,14 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		r.sweep()
 		r.done(drainKey, nil)
 	}
+	// The services a node update affects are synced in this batch too,
+	// but they were not taken from the queue: the queue is told nothing
+	// of them unless they fail (then they are queued with backoff).
+	var affected []string
 	if i := indexOf(keys, nodeKey); i >= 0 {
 		keys = slices.Delete(keys, i, i+1)
 		r.queue.Done(nodeKey)
-		keys = appendMissing(keys, r.applyNodeUpdates())
+		affected = notIn(r.applyNodeUpdates(), keys)
 	}
 	passWanted := false
 	for _, k := range []string{fullSyncKey, passKey} {
@@ -241,12 +246,13 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 		// for deleted and prune it from the kernel.
 		passWanted = false
 	}
-	if len(keys) == 0 && !passWanted && !r.rec.PassRunning() {
+	if len(keys) == 0 && len(affected) == 0 && !passWanted && !r.rec.PassRunning() {
 		return true
 	}
 	queuedAt := r.lastQueued.Swap(0)
 	start := time.Now()
 	failed := r.syncKeys(keys)
+	maps.Copy(failed, r.syncKeys(affected))
 	passFinished := r.stepFullPass(passWanted, start, failed)
 	r.learnMissingSchedulers(failed)
 	r.reportConflicts(failed)
@@ -266,7 +272,7 @@ func (r *Runner) processBatch(ctx context.Context) bool {
 	} else if queuedAt != 0 {
 		r.lastQueued.CompareAndSwap(0, queuedAt)
 	}
-	r.noteServiceFailures(keys, failed)
+	r.noteServiceFailures(append(keys, affected...), failed)
 	r.metrics.synced(passFinished, start, end, queuedAt, len(failed), nodeOK, r.queue.Len())
 	if len(keys) == 0 {
 		return true // a step of a pass: nothing to coalesce
@@ -336,18 +342,19 @@ func indexOf(keys []string, k string) int {
 
 func contains(keys []string, k string) bool { return indexOf(keys, k) >= 0 }
 
-// appendMissing appends the keys of more that keys does not hold yet.
-func appendMissing(keys, more []string) []string {
+// notIn returns the keys of more that keys does not hold.
+func notIn(more, keys []string) []string {
 	have := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		have[k] = true
 	}
+	var out []string
 	for _, k := range more {
 		if !have[k] {
-			keys = append(keys, k)
+			out = append(out, k)
 		}
 	}
-	return keys
+	return out
 }
 
 func (r *Runner) sweep() {
