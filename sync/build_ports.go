@@ -36,7 +36,7 @@ func (b *serviceBuilder) problem(format string, args ...any) {
 // --ipvs-exclude-cidrs: what is there is someone else's, so the service
 // writes nothing for it (no virtual server, address or set entry).
 func (b *serviceBuilder) excluded(what string, a netip.Addr) bool {
-	p, ok := b.cfg.excludedBy(a)
+	p, ok := excludedBy(b.cfg.ExcludeCIDRs, a)
 	if ok {
 		b.problem("%s %s is in --ipvs-exclude-cidrs %s; not programmed", what, a, p)
 	}

@@ -46,16 +46,6 @@ type Config struct {
 	ExcludeCIDRs []netip.Prefix
 }
 
-// excludedBy returns the --ipvs-exclude-cidrs prefix holding a, if any.
-func (c *Config) excludedBy(a netip.Addr) (netip.Prefix, bool) {
-	for _, p := range c.ExcludeCIDRs {
-		if p.Contains(a) {
-			return p, true
-		}
-	}
-	return netip.Prefix{}, false
-}
-
 // Built is everything BuildService derives from one service.
 type Built struct {
 	State    ServiceState

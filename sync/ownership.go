@@ -70,10 +70,16 @@ func (o Ownership) OwnsAddress(a netip.Addr) bool { return !Excluded(o.Exclude, 
 
 // Excluded reports whether a is in one of the prefixes.
 func Excluded(exclude []netip.Prefix, a netip.Addr) bool {
+	_, ok := excludedBy(exclude, a)
+	return ok
+}
+
+// excludedBy returns the prefix of exclude that holds a, if any.
+func excludedBy(exclude []netip.Prefix, a netip.Addr) (netip.Prefix, bool) {
 	for _, p := range exclude {
 		if p.Contains(a) {
-			return true
+			return p, true
 		}
 	}
-	return false
+	return netip.Prefix{}, false
 }
