@@ -17,7 +17,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/inspect"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // RuleCleaner removes ipvsproxy's iptables chains and jump rules of one
@@ -28,8 +28,8 @@ type RuleCleaner interface {
 
 // Config is what Run removes things from.
 type Config struct {
-	Kernel sync.Kernel
-	// Sets are the sets ipvsproxy creates (sync.OwnedSets for both
+	Kernel owned.Kernel
+	// Sets are the sets ipvsproxy creates (owned.Sets for both
 	// families: a node may have run with IPv6 before).
 	Sets  []ipset.Set
 	Rules []RuleCleaner
@@ -39,7 +39,7 @@ type Config struct {
 	// NodePorts are the addresses ipvsproxy serves node ports on (the
 	// node's addresses chosen by --nodeport-addresses): a TCP/UDP virtual
 	// server on a node-port number is ipvsproxy's only on one of these
-	// (sync.Ownership).
+	// (owned.Ownership).
 	NodePorts []netip.Addr
 }
 
@@ -111,7 +111,7 @@ func removeVirtualServers(h ipvs.Interface, have *inspect.Actual, errs []error) 
 // counts. Deleting the link would take foreign addresses with it.
 func removeLink(d dummyif.Interface, have *inspect.Actual, errs []error) (removed int, linkGone bool, _ []error) {
 	for _, a := range have.Addresses {
-		if sync.Excluded(have.Exclude, a) {
+		if owned.Excluded(have.Exclude, a) {
 			continue
 		}
 		if err := d.DeleteAddress(a); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/sync"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
@@ -53,10 +54,10 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	must(t, err)
 	rules, err := iptables.NewSyncer(runner, iptables.DefaultConfig(iptables.IPv4))
 	must(t, err)
-	k := sync.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}
+	k := owned.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}
 	must(t, dummy.EnsureLink())
 	var names []string
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		must(t, sets.EnsureSet(s))
 		names = append(names, s.Name)
 	}
@@ -76,7 +77,7 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 		t.Fatalf("set-up did not program the services:\n%s", out)
 	}
 
-	got, err := Run(Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{rules}, NodePorts: cfg.NodePortAddresses})
+	got, err := Run(Config{Kernel: k, Sets: owned.Sets(true, true), Rules: []RuleCleaner{rules}, NodePorts: cfg.NodePortAddresses})
 	must(t, err)
 	if got != (Result{VirtualServers: 2, Addresses: 1, Sets: 17, Link: true}) {
 		t.Errorf("result = %+v", got)

@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -46,14 +47,16 @@ type node struct {
 	before string // iptables-save before ipvsproxy ran
 }
 
-func (n *node) kernel() sync.Kernel { return sync.Kernel{IPVS: n.ipvs, Dummy: n.dummy, IPSet: n.ipset} }
+func (n *node) kernel() owned.Kernel {
+	return owned.Kernel{IPVS: n.ipvs, Dummy: n.dummy, IPSet: n.ipset}
+}
 
 // nodePorts are the addresses the programmed node serves node ports on.
 var nodePorts = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
 
 // config is what `ipvsproxy cleanup` runs with on the programmed node.
 func (n *node) config(exclude ...netip.Prefix) Config {
-	return Config{Kernel: n.kernel(), Sets: sync.OwnedSets(true, true), Rules: []RuleCleaner{n.rules}, Exclude: exclude, NodePorts: nodePorts}
+	return Config{Kernel: n.kernel(), Sets: owned.Sets(true, true), Rules: []RuleCleaner{n.rules}, Exclude: exclude, NodePorts: nodePorts}
 }
 
 // programmedNode is a node where other software made a VS, a set and
@@ -73,7 +76,7 @@ func programmedNode(t *testing.T) *node {
 	must(t, err)
 	must(t, n.dummy.EnsureLink())
 	var names []string
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		must(t, n.ipset.EnsureSet(s))
 		names = append(names, s.Name)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // The ownership matrix (matrix_test.go) on the real kernel, for the paths
@@ -37,7 +37,7 @@ func realMatrixNode(t *testing.T) *matrixNode {
 	must(t, err)
 	ipt, err := iptables.NewExecRunner(iptables.IPv4, iptables.BackendLegacy)
 	must(t, err)
-	n := &matrixNode{k: sync.Kernel{IPVS: h, Dummy: d, IPSet: s}, ipt: ipt, view: func(t *testing.T) string {
+	n := &matrixNode{k: owned.Kernel{IPVS: h, Dummy: d, IPSet: s}, ipt: ipt, view: func(t *testing.T) string {
 		return sandboxtest.Run(t, "ipvsadm", "-Sn") + sandboxtest.Run(t, "ipset", "save") +
 			sandboxtest.Run(t, "iptables-legacy-save") + sandboxtest.Run(t, "ip", "-o", "addr", "show")
 	}}

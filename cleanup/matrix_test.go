@@ -12,6 +12,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -24,7 +25,7 @@ import (
 
 // matrixNode is a node the matrix runs on: the fakes, or the real kernel.
 type matrixNode struct {
-	k     sync.Kernel
+	k     owned.Kernel
 	ipt   iptables.Runner
 	rules *iptables.Syncer
 	// view is what the operator's tools print: ipvsadm -Sn, ipset save,
@@ -104,7 +105,7 @@ var removalPaths = []removalPath{
 	{"ipvsproxy cleanup", func(t *testing.T, n *matrixNode, web *sync.ServiceState) {
 		fullSync(t, matrixReconciler(n), map[string]*sync.ServiceState{webKey: web})
 		assertProgrammed(t, n)
-		_, err := Run(Config{Kernel: n.k, Sets: sync.OwnedSets(true, false), Rules: []RuleCleaner{n.rules},
+		_, err := Run(Config{Kernel: n.k, Sets: owned.Sets(true, false), Rules: []RuleCleaner{n.rules},
 			Exclude: matrixExclude, NodePorts: matrixNodePorts})
 		must(t, err)
 	}},
@@ -112,7 +113,7 @@ var removalPaths = []removalPath{
 
 func matrixReconciler(n *matrixNode) *sync.Reconciler {
 	var names []string
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		names = append(names, s.Name)
 	}
 	rec := sync.NewReconciler(n.k, names, matrixExclude)
@@ -197,7 +198,7 @@ func runMatrix(t *testing.T, newNode func(t *testing.T) *matrixNode, paths []rem
 // fakeMatrixNode is the fakes after ipvsproxy's node set-up.
 func fakeMatrixNode(t *testing.T) *matrixNode {
 	iv, d, s, ipt := ipvs.NewFake(), dummyif.NewFake(""), ipset.NewFake(), iptables.NewFakeRunner(iptables.IPv4)
-	n := &matrixNode{k: sync.Kernel{IPVS: iv, Dummy: d, IPSet: s}, ipt: ipt,
+	n := &matrixNode{k: owned.Kernel{IPVS: iv, Dummy: d, IPSet: s}, ipt: ipt,
 		view: func(*testing.T) string { return iv.String() + s.String() + ipt.String() + d.String() }}
 	prepareNode(t, n)
 	return n
@@ -211,7 +212,7 @@ func prepareNode(t *testing.T, n *matrixNode) {
 	n.rules, err = iptables.NewSyncer(n.ipt, iptables.DefaultConfig(iptables.IPv4))
 	must(t, err)
 	must(t, n.k.Dummy.EnsureLink())
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		must(t, n.k.IPSet.EnsureSet(s))
 	}
 	_, err = n.rules.Sync()

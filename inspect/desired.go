@@ -9,6 +9,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -20,7 +21,7 @@ type Desired struct {
 	VirtualServers []sync.VirtualServerState
 	Owner          map[ipvs.ServiceKey]string // virtual server → "namespace/name"
 	Addresses      []netip.Addr               // sorted, unique
-	Entries        []sync.SetEntry            // sorted, unique
+	Entries        []owned.SetEntry           // sorted, unique
 	Problems       map[string][]string        // per service key, from the builder
 }
 
@@ -65,7 +66,7 @@ func BuildDesired(svcs []*v1.Service, eps []*discovery.EndpointSlice, cfg *sync.
 	})
 	slices.SortFunc(d.Addresses, netip.Addr.Compare)
 	d.Addresses = slices.Compact(d.Addresses)
-	slices.SortFunc(d.Entries, CompareSetEntries)
+	slices.SortFunc(d.Entries, owned.CompareSetEntries)
 	d.Entries = slices.Compact(d.Entries)
 	return d
 }

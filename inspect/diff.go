@@ -10,6 +10,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -96,7 +97,7 @@ func Compare(want *Desired, have *Actual, linkName string) Diff {
 	compareVS(want, have, add)
 	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
 		func(a netip.Addr) {
-			if !sync.Excluded(have.Exclude, a) {
+			if !owned.Excluded(have.Exclude, a) {
 				add(OpExtra, "address", addrLine(a, linkName), "")
 			}
 		},
@@ -110,13 +111,13 @@ func Compare(want *Desired, have *Actual, linkName string) Diff {
 		types[s.Name] = s.Type
 		add(OpMissing, "set", createLine(s), "")
 	}
-	entryLine := func(e sync.SetEntry) string {
+	entryLine := func(e owned.SetEntry) string {
 		return fmt.Sprintf("add %s %s", e.Set, e.Entry.Format(types[e.Set]))
 	}
-	sorted.Walk(have.Entries, want.Entries, CompareSetEntries,
-		func(e sync.SetEntry) { add(OpExtra, "set_entry", entryLine(e), "") },
-		func(e sync.SetEntry) { add(OpMissing, "set_entry", entryLine(e), "") },
-		func(_, _ sync.SetEntry) {})
+	sorted.Walk(have.Entries, want.Entries, owned.CompareSetEntries,
+		func(e owned.SetEntry) { add(OpExtra, "set_entry", entryLine(e), "") },
+		func(e owned.SetEntry) { add(OpMissing, "set_entry", entryLine(e), "") },
+		func(_, _ owned.SetEntry) {})
 	return d
 }
 

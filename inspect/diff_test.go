@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -34,14 +35,14 @@ func TestDiffPrintsEveryDifference(t *testing.T) {
 	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: stale, Scheduler: "rr"}))
 	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: vsKey("192.0.2.10", ipvs.TCP, 80), Scheduler: "rr"}))
 	must(t, k.dummy.AddAddress(addr("10.96.0.99")))
-	must(t, k.ipset.AddEntry(sync.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
-	must(t, k.ipset.AddEntry(sync.SetClusterIP, ipset.Entry{IP: addr("10.96.0.99"), Protocol: "udp", Port: 53}))
+	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
+	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.99"), Protocol: "udp", Port: 53}))
 	must(t, k.ipset.EnsureSet(ipset.Set{Name: "FOREIGN", Type: ipset.HashIP, Family: ipset.Inet}))
 	must(t, k.ipset.AddEntry("FOREIGN", ipset.Entry{IP: addr("192.0.2.1")}))
-	must(t, k.ipset.DestroySet(sync.SetHealthCheckNodePort))
+	must(t, k.ipset.DestroySet(owned.SetHealthCheckNodePort))
 
 	want := BuildDesired(svcs, eps, &testConfig)
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, nil, want.Wants)
+	have, err := Read(k.Kernel(), owned.Sets(true, false), nil, nil, want.Wants)
 	must(t, err)
 	d := Compare(want, have, "kube-ipvs0")
 	var out bytes.Buffer
@@ -108,7 +109,7 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 		states[s.Namespace+"/"+s.Name] = &b.State
 	}
 	var names []string
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		names = append(names, s.Name)
 	}
 	rec := sync.NewReconciler(k.Kernel(), names, nil)
@@ -120,7 +121,7 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 	// A backend the engine is draining stays at weight 0.
 	must(t, k.ipvs.AddRealServer(vsKey("10.96.0.10", ipvs.TCP, 80), real("10.244.1.9", 8080, 0)))
 
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, nil, want.Wants)
+	have, err := Read(k.Kernel(), owned.Sets(true, false), nil, nil, want.Wants)
 	must(t, err)
 	d := Compare(want, have, "kube-ipvs0")
 	if !d.Equal() || len(d.Lines) != 1 || d.Lines[0].Op != OpDraining {
@@ -152,25 +153,25 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	}
 	must(t, k.dummy.AddAddress(addr("10.96.0.10")))
 	must(t, k.dummy.AddAddress(addr("10.96.100.5")))
-	must(t, k.ipset.AddEntry(sync.SetExternalIP, ipset.Entry{IP: addr("198.51.100.1"), Protocol: "tcp", Port: 443}))
-	must(t, k.ipset.AddEntry(sync.SetNodePortTCP, ipset.Entry{Port: 30080}))
-	must(t, k.ipset.AddEntry(sync.SetNodePortSCTP, ipset.Entry{IP: addr("192.168.1.10"), Protocol: "sctp", Port: 30090}))
+	must(t, k.ipset.AddEntry(owned.SetExternalIP, ipset.Entry{IP: addr("198.51.100.1"), Protocol: "tcp", Port: 443}))
+	must(t, k.ipset.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
+	must(t, k.ipset.AddEntry(owned.SetNodePortSCTP, ipset.Entry{IP: addr("192.168.1.10"), Protocol: "sctp", Port: 30090}))
 
-	have, err := Read(k.Kernel(), sync.OwnedSets(true, false), exclude, nodePorts, nil)
+	have, err := Read(k.Kernel(), owned.Sets(true, false), exclude, nodePorts, nil)
 	must(t, err)
-	var owned, notOwned []ipvs.ServiceKey
+	var ownedKeys, notOwned []ipvs.ServiceKey
 	for _, kv := range have.VirtualServers {
 		if kv.Owned {
-			owned = append(owned, kv.VS.ServiceKey)
+			ownedKeys = append(ownedKeys, kv.VS.ServiceKey)
 		} else {
 			notOwned = append(notOwned, kv.VS.ServiceKey)
 		}
 	}
-	if len(owned) != 4 {
-		t.Errorf("owned = %v, want 4", owned)
+	if len(ownedKeys) != 4 {
+		t.Errorf("owned = %v, want 4", ownedKeys)
 	}
 	var names []string
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		names = append(names, s.Name)
 	}
 	rec := sync.NewReconciler(k.Kernel(), names, exclude)
@@ -195,7 +196,7 @@ func TestOwnsMatchesEngine(t *testing.T) {
 func TestDiffPrintsRuleDrift(t *testing.T) {
 	f := iptables.NewFakeRunner(iptables.IPv4)
 	names := []string{}
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		names = append(names, s.Name)
 	}
 	f.SetKnownSets(names...)

@@ -12,6 +12,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -30,14 +31,14 @@ func newFakeKernel(t testing.TB) *fakeKernel {
 	t.Helper()
 	k := &fakeKernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
 	must(t, k.dummy.EnsureLink())
-	for _, s := range sync.OwnedSets(true, false) {
+	for _, s := range owned.Sets(true, false) {
 		must(t, k.ipset.EnsureSet(s))
 	}
 	return k
 }
 
-func (k *fakeKernel) Kernel() sync.Kernel {
-	return sync.Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset}
+func (k *fakeKernel) Kernel() owned.Kernel {
+	return owned.Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset}
 }
 
 func must(t testing.TB, err error) {

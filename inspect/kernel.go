@@ -5,7 +5,6 @@
 package inspect
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,16 +13,16 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // Actual is one read of the kernel objects ipvsproxy may own.
 type Actual struct {
-	Link      bool            // the dummy link exists
-	Addresses []netip.Addr    // bound on the dummy link, sorted
-	Sets      []ipset.Set     // the owned sets that exist, in creation order
-	Missing   []ipset.Set     // the owned sets that do not exist
-	Entries   []sync.SetEntry // entries of the owned sets, sorted by set then entry
+	Link      bool             // the dummy link exists
+	Addresses []netip.Addr     // bound on the dummy link, sorted
+	Sets      []ipset.Set      // the owned sets that exist, in creation order
+	Missing   []ipset.Set      // the owned sets that do not exist
+	Entries   []owned.SetEntry // entries of the owned sets, sorted by set then entry
 	// VirtualServers is every virtual server in the kernel, sorted as
 	// ipvsadm lists them; only owned ones carry their real servers.
 	VirtualServers []KernelVS
@@ -41,12 +40,12 @@ type KernelVS struct {
 
 // Read reads the dummy link's addresses, the entries of sets, and every
 // virtual server (with the real servers of those ipvsproxy owns, by the
-// engine's rule, sync.Ownership, given the excluded CIDRs and the
+// engine's rule, owned.Ownership, given the excluded CIDRs and the
 // addresses node ports are served on). wanted, when not nil, also marks
 // as owned the virtual servers a service wants, as the full pass does. A
 // missing link or set is reported in Actual, not as an error: that is
 // what diff and cleanup must see.
-func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []netip.Addr, wanted func(ipvs.ServiceKey) bool) (*Actual, error) {
+func Read(k owned.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []netip.Addr, wanted func(ipvs.ServiceKey) bool) (*Actual, error) {
 	a := &Actual{Link: true, Exclude: exclude}
 	addrs, err := k.Dummy.ListAddresses()
 	switch {
@@ -68,10 +67,10 @@ func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []n
 		}
 		a.Sets = append(a.Sets, s)
 		for _, e := range entries {
-			a.Entries = append(a.Entries, sync.SetEntry{Set: s.Name, Entry: e})
+			a.Entries = append(a.Entries, owned.SetEntry{Set: s.Name, Entry: e})
 		}
 	}
-	slices.SortFunc(a.Entries, CompareSetEntries)
+	slices.SortFunc(a.Entries, owned.CompareSetEntries)
 	a.Entries = slices.Compact(a.Entries)
 
 	own := ownership(a, nodePorts)
@@ -97,8 +96,8 @@ func Read(k sync.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []n
 
 // ownership is the engine's rule over one read of the link's addresses
 // and the owned sets' entries.
-func ownership(a *Actual, nodePorts []netip.Addr) sync.Ownership {
-	o := sync.Ownership{Bound: map[netip.Addr]bool{}, Entries: map[sync.SetEntry]bool{}, NodePorts: nodePorts, Exclude: a.Exclude}
+func ownership(a *Actual, nodePorts []netip.Addr) owned.Ownership {
+	o := owned.Ownership{Bound: map[netip.Addr]bool{}, Entries: map[owned.SetEntry]bool{}, NodePorts: nodePorts, Exclude: a.Exclude}
 	for _, x := range a.Addresses {
 		o.Bound[x] = true
 	}
@@ -106,12 +105,4 @@ func ownership(a *Actual, nodePorts []netip.Addr) sync.Ownership {
 		o.Entries[e] = true
 	}
 	return o
-}
-
-// CompareSetEntries orders set entries by set name, then entry fields.
-func CompareSetEntries(a, b sync.SetEntry) int {
-	x, y := a.Entry, b.Entry
-	return cmp.Or(cmp.Compare(a.Set, b.Set), x.IP.Compare(y.IP), cmp.Compare(x.Protocol, y.Protocol),
-		cmp.Compare(x.Port, y.Port), x.IP2.Compare(y.IP2), x.Net.Addr().Compare(y.Net.Addr()),
-		cmp.Compare(x.Net.Bits(), y.Net.Bits()))
 }

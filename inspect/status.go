@@ -13,7 +13,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // Kinds of virtual server, as the status screen counts them.
@@ -52,7 +52,7 @@ type SetCount struct {
 // comes from the sets that describe it, as the iptables rules see it.
 func Summarize(a *Actual) Status {
 	st := Status{Link: a.Link, Addresses: len(a.Addresses), Kinds: map[string]int{}}
-	entries := map[sync.SetEntry]bool{}
+	entries := map[owned.SetEntry]bool{}
 	perSet := map[string]int{}
 	for _, e := range a.Entries {
 		entries[e] = true
@@ -80,22 +80,22 @@ func Summarize(a *Actual) Status {
 	return st
 }
 
-func kindOf(k ipvs.ServiceKey, entries map[sync.SetEntry]bool) string {
+func kindOf(k ipvs.ServiceKey, entries map[owned.SetEntry]bool) string {
 	v6 := k.Address.Is6()
 	e := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
 	in := func(base string, e ipset.Entry) bool {
-		return entries[sync.SetEntry{Set: sync.SetName(base, v6), Entry: e}]
+		return entries[owned.SetEntry{Set: owned.SetName(base, v6), Entry: e}]
 	}
 	switch {
-	case in(sync.SetClusterIP, e):
+	case in(owned.SetClusterIP, e):
 		return KindClusterIP
-	case in(sync.SetLoadBalancer, e):
+	case in(owned.SetLoadBalancer, e):
 		return KindLoadBalancer
-	case in(sync.SetExternalIP, e):
+	case in(owned.SetExternalIP, e):
 		return KindExternal
-	case in(sync.SetNodePortSCTP, e),
-		k.Protocol == ipvs.TCP && in(sync.SetNodePortTCP, ipset.Entry{Port: k.Port}),
-		k.Protocol == ipvs.UDP && in(sync.SetNodePortUDP, ipset.Entry{Port: k.Port}):
+	case in(owned.SetNodePortSCTP, e),
+		k.Protocol == ipvs.TCP && in(owned.SetNodePortTCP, ipset.Entry{Port: k.Port}),
+		k.Protocol == ipvs.UDP && in(owned.SetNodePortUDP, ipset.Entry{Port: k.Port}):
 		return KindNodePort
 	}
 	return KindUnlisted

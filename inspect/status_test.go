@@ -8,7 +8,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 const metricsText = `# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
@@ -44,12 +44,12 @@ func TestStatusScreen(t *testing.T) {
 	for _, a := range []string{"10.96.0.10", "10.96.0.99", "203.0.113.7"} {
 		must(t, k.dummy.AddAddress(addr(a)))
 	}
-	must(t, k.ipset.AddEntry(sync.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
-	must(t, k.ipset.AddEntry(sync.SetNodePortTCP, ipset.Entry{Port: 30080}))
-	must(t, k.ipset.AddEntry(sync.SetLoadBalancer, ipset.Entry{IP: addr("203.0.113.7"), Protocol: "tcp", Port: 443}))
-	must(t, k.ipset.DestroySet(sync.SetLoopBack))
+	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
+	must(t, k.ipset.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
+	must(t, k.ipset.AddEntry(owned.SetLoadBalancer, ipset.Entry{IP: addr("203.0.113.7"), Protocol: "tcp", Port: 443}))
+	must(t, k.ipset.DestroySet(owned.SetLoopBack))
 
-	a, err := Read(k.Kernel(), sync.OwnedSets(true, false), nil, []netip.Addr{addr("192.168.1.10")}, nil)
+	a, err := Read(k.Kernel(), owned.Sets(true, false), nil, []netip.Addr{addr("192.168.1.10")}, nil)
 	must(t, err)
 	st := Summarize(a)
 	st.ProxyURL = "http://127.0.0.1:10249/metrics"

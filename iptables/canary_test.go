@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 func syncedFake(t *testing.T) (*FakeRunner, *Syncer) {
 	t.Helper()
 	f := NewFakeRunner(IPv4)
-	f.SetKnownSets(ownedSetNames(IPv4)...)
+	f.SetKnownSets(owned.SetNames(IPv4 == IPv4, IPv4 == IPv6)...)
 	s := mustSyncer(t, f, DefaultConfig(IPv4))
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)

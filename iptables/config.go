@@ -3,7 +3,8 @@ package iptables
 import (
 	"fmt"
 	"regexp"
-	"strings"
+
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // Table names ipvsproxy writes to.
@@ -36,30 +37,6 @@ const (
 	ChainCanary = "KUBE-PROXY-CANARY"
 )
 
-// Base ipset names (IPv4 spelling); SetName derives the IPv6 twin. They
-// are the names sync.OwnedSets creates (a test holds the two lists
-// together): the rules match on these sets, so per-service state never
-// becomes a rule.
-const (
-	SetLoopBack            = "KUBE-LOOP-BACK"
-	SetClusterIP           = "KUBE-CLUSTER-IP"
-	SetExternalIP          = "KUBE-EXTERNAL-IP"
-	SetExternalIPLocal     = "KUBE-EXTERNAL-IP-LOCAL"
-	SetLoadBalancer        = "KUBE-LOAD-BALANCER"
-	SetLoadBalancerLocal   = "KUBE-LOAD-BALANCER-LOCAL"
-	SetLoadBalancerFW      = "KUBE-LOAD-BALANCER-FW"
-	SetLoadBalancerSrcIP   = "KUBE-LOAD-BALANCER-SOURCE-IP"
-	SetLoadBalancerSrcCIDR = "KUBE-LOAD-BALANCER-SOURCE-CIDR"
-	SetNodePortTCP         = "KUBE-NODE-PORT-TCP"
-	SetNodePortUDP         = "KUBE-NODE-PORT-UDP"
-	SetNodePortLocalTCP    = "KUBE-NODE-PORT-LOCAL-TCP"
-	SetNodePortLocalUDP    = "KUBE-NODE-PORT-LOCAL-UDP"
-	SetNodePortSCTP        = "KUBE-NODE-PORT-SCTP-HASH"
-	SetNodePortLocalSCTP   = "KUBE-NODE-PORT-LOCAL-SCTP-HASH"
-	SetHealthCheckNodePort = "KUBE-HEALTH-CHECK-NODE-PORT"
-	SetIPVSIPs             = "KUBE-IPVS-IPS"
-)
-
 // DefaultMasqueradeBit is kube-proxy's --iptables-masquerade-bit default:
 // mark 0x4000.
 const DefaultMasqueradeBit = 14
@@ -87,9 +64,9 @@ type Config struct {
 	// SupportsRandomFully(runner): iptables older than 1.6.2 rejects it.
 	RandomFully bool
 	// ClusterIPSet and LoopBackSet name the ipsets the ClusterIP and
-	// hairpin rules match on. Empty means SetName(SetClusterIP|SetLoopBack,
-	// Family). Every other set has its kube-proxy name (SetName of the
-	// Set* constants), the name the engine creates it under.
+	// hairpin rules match on. Empty means owned.SetName(owned.SetClusterIP|owned.SetLoopBack,
+	// Family). Every other set has its kube-proxy name (owned.SetName of
+	// the owned.Set* constants), the name the engine creates it under.
 	ClusterIPSet string
 	LoopBackSet  string
 }
@@ -99,33 +76,21 @@ func DefaultConfig(family Family) Config {
 	return Config{
 		Family:        family,
 		MasqueradeBit: DefaultMasqueradeBit,
-		ClusterIPSet:  SetName(SetClusterIP, family),
-		LoopBackSet:   SetName(SetLoopBack, family),
+		ClusterIPSet:  owned.SetName(owned.SetClusterIP, family == IPv6),
+		LoopBackSet:   owned.SetName(owned.SetLoopBack, family == IPv6),
 	}
-}
-
-// SetName returns kube-proxy's name of a set for family: the IPv6 twin of
-// "KUBE-X" is "KUBE-6-X", cut to ipset's 31 characters.
-func SetName(base string, family Family) string {
-	if family == IPv6 && strings.HasPrefix(base, "KUBE-") {
-		base = "KUBE-6-" + strings.TrimPrefix(base, "KUBE-")
-	}
-	if len(base) > 31 {
-		base = base[:31]
-	}
-	return base
 }
 
 // set returns the name of the set base for c's family, honouring the two
 // configurable names.
 func (c Config) set(base string) string {
 	switch {
-	case base == SetClusterIP && c.ClusterIPSet != "":
+	case base == owned.SetClusterIP && c.ClusterIPSet != "":
 		return c.ClusterIPSet
-	case base == SetLoopBack && c.LoopBackSet != "":
+	case base == owned.SetLoopBack && c.LoopBackSet != "":
 		return c.LoopBackSet
 	}
-	return SetName(base, c.Family)
+	return owned.SetName(base, c.Family == IPv6)
 }
 
 // setNameRE is deliberately narrower than what ipset allows: names end up
@@ -135,10 +100,10 @@ var setNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,30}$`)
 // withDefaults fills empty set names.
 func (c Config) withDefaults() Config {
 	if c.ClusterIPSet == "" {
-		c.ClusterIPSet = SetName(SetClusterIP, c.Family)
+		c.ClusterIPSet = owned.SetName(owned.SetClusterIP, c.Family == IPv6)
 	}
 	if c.LoopBackSet == "" {
-		c.LoopBackSet = SetName(SetLoopBack, c.Family)
+		c.LoopBackSet = owned.SetName(owned.SetLoopBack, c.Family == IPv6)
 	}
 	return c
 }

@@ -1,5 +1,7 @@
 package iptables
 
+import "github.com/ipvsproxy/ipvsproxy/owned"
+
 // filterTable is kube-proxy's filter table for IPVS mode. The jumps are
 // listed in kube-proxy's order; each missing one is inserted at the top,
 // so INPUT ends up as KUBE-IPVS-FILTER, KUBE-PROXY-FIREWALL,
@@ -12,7 +14,7 @@ func (c Config) filterTable() tableSpec {
 			{ChainNodePort, [][]string{
 				// healthCheckNodePorts must be reachable even when the
 				// INPUT policy is DROP: load balancers probe them.
-				concat(setMatch(commentHealthCheckSet, c.set(SetHealthCheckNodePort), "dst"), "-j", "ACCEPT"),
+				concat(setMatch(commentHealthCheckSet, c.set(owned.SetHealthCheckNodePort), "dst"), "-j", "ACCEPT"),
 			}},
 			{ChainProxyFirewall, c.proxyFirewallRules()},
 			{ChainSourceRangesFirewall, c.sourceRangesRules()},
@@ -66,7 +68,7 @@ func (c Config) mangleTable() tableSpec {
 // ranges goes through KUBE-SOURCE-RANGES-FIREWALL.
 func (c Config) proxyFirewallRules() [][]string {
 	return [][]string{
-		concat(setMatch(commentLBFWSet, c.set(SetLoadBalancerFW), "dst,dst"), "-j", ChainSourceRangesFirewall),
+		concat(setMatch(commentLBFWSet, c.set(owned.SetLoadBalancerFW), "dst,dst"), "-j", ChainSourceRangesFirewall),
 	}
 }
 
@@ -86,8 +88,8 @@ func (c Config) forwardRules() [][]string {
 // returns; anything else is dropped.
 func (c Config) sourceRangesRules() [][]string {
 	return [][]string{
-		concat(setMatch(commentLBSourceCIDRSet, c.set(SetLoadBalancerSrcCIDR), "dst,dst,src"), "-j", "RETURN"),
-		concat(setMatch(commentLBSourceIPSet, c.set(SetLoadBalancerSrcIP), "dst,dst,src"), "-j", "RETURN"),
+		concat(setMatch(commentLBSourceCIDRSet, c.set(owned.SetLoadBalancerSrcCIDR), "dst,dst,src"), "-j", "RETURN"),
+		concat(setMatch(commentLBSourceIPSet, c.set(owned.SetLoadBalancerSrcIP), "dst,dst,src"), "-j", "RETURN"),
 		{"-j", "DROP"},
 	}
 }
@@ -105,12 +107,12 @@ func (c Config) ipvsFilterRules() [][]string {
 		reject = "icmp6-port-unreachable"
 	}
 	return [][]string{
-		{"-m", "set", "--match-set", c.set(SetLoadBalancer), "dst,dst", "-j", "RETURN"},
-		{"-m", "set", "--match-set", c.set(SetClusterIP), "dst,dst", "-j", "RETURN"},
-		{"-m", "set", "--match-set", c.set(SetExternalIP), "dst,dst", "-j", "RETURN"},
-		{"-m", "set", "--match-set", c.set(SetExternalIPLocal), "dst,dst", "-j", "RETURN"},
-		{"-m", "set", "--match-set", c.set(SetHealthCheckNodePort), "dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", c.set(owned.SetLoadBalancer), "dst,dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", c.set(owned.SetClusterIP), "dst,dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", c.set(owned.SetExternalIP), "dst,dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", c.set(owned.SetExternalIPLocal), "dst,dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", c.set(owned.SetHealthCheckNodePort), "dst", "-j", "RETURN"},
 		// kube-proxy writes a bare "-j REJECT"; this is its saved form.
-		{"-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", c.set(SetIPVSIPs), "dst", "-j", "REJECT", "--reject-with", reject},
+		{"-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", c.set(owned.SetIPVSIPs), "dst", "-j", "REJECT", "--reject-with", reject},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // TestSandboxIPVSFilterRealTraffic sends real TCP connections from a
@@ -37,11 +38,11 @@ func TestSandboxIPVSFilterRealTraffic(t *testing.T) {
 		_ = exec.Command("ip", "netns", "del", "client").Run()
 		_ = exec.Command("ip", "link", "del", "kube-ipvs0").Run()
 		_ = exec.Command("ip", "link", "del", "vcl0").Run()
-		_ = exec.Command("ipset", "flush", SetIPVSIPs).Run()
-		_ = exec.Command("ipset", "flush", SetClusterIP).Run()
+		_ = exec.Command("ipset", "flush", owned.SetIPVSIPs).Run()
+		_ = exec.Command("ipset", "flush", owned.SetClusterIP).Run()
 	}()
-	sandboxtest.Run(t, "ipset", "add", SetIPVSIPs, vip)
-	sandboxtest.Run(t, "ipset", "add", SetClusterIP, vip+",tcp:80")
+	sandboxtest.Run(t, "ipset", "add", owned.SetIPVSIPs, vip)
+	sandboxtest.Run(t, "ipset", "add", owned.SetClusterIP, vip+",tcp:80")
 
 	// Host processes listening on every address: the service port (no
 	// IPVS virtual server here, so the host answers it) and a host port.

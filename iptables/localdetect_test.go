@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"net/netip"
 	"slices"
 	"strings"
@@ -110,10 +111,10 @@ func TestRulesMatchExactlyOwnedSets(t *testing.T) {
 		}
 		slices.Sort(used)
 		used = slices.Compact(used)
-		owned := ownedSetNames(fam)
-		slices.Sort(owned)
-		if !slices.Equal(used, owned) {
-			t.Errorf("IPv%d: rules use %q\nengine owns %q", fam, used, owned)
+		ownedNames := owned.SetNames(fam == IPv4, fam == IPv6)
+		slices.Sort(ownedNames)
+		if !slices.Equal(used, ownedNames) {
+			t.Errorf("IPv%d: rules use %q\nengine owns %q", fam, used, ownedNames)
 		}
 	}
 }

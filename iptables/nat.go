@@ -1,6 +1,9 @@
 package iptables
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/ipvsproxy/ipvsproxy/owned"
+)
 
 // Comments as kube-proxy writes them; operators grep for these. The set
 // comments are kube-proxy's ipset comments, which it also puts on the
@@ -82,7 +85,7 @@ func (c Config) servicesRules() [][]string {
 	// Connections to localhost never reach IPVS; leave them alone early.
 	rules := [][]string{
 		{"-s", loopback, "-j", "RETURN"},
-		concat(setMatch(commentLoadBalancerSet, c.set(SetLoadBalancer), "dst,dst"), "-j", ChainLoadBalancer),
+		concat(setMatch(commentLoadBalancerSet, c.set(owned.SetLoadBalancer), "dst,dst"), "-j", ChainLoadBalancer),
 		c.clusterIPMasqRule(),
 	}
 	rules = append(rules, c.externalIPRules()...)
@@ -90,15 +93,15 @@ func (c Config) servicesRules() [][]string {
 		// Node ports: the bitmap/hash sets in KUBE-NODE-PORT only see
 		// traffic addressed to one of the node's own addresses.
 		[]string{"-m", "addrtype", "--dst-type", "LOCAL", "-j", ChainNodePort},
-		[]string{"-m", "set", "--match-set", c.set(SetClusterIP), "dst,dst", "-j", "ACCEPT"},
-		[]string{"-m", "set", "--match-set", c.set(SetLoadBalancer), "dst,dst", "-j", "ACCEPT"},
+		[]string{"-m", "set", "--match-set", c.set(owned.SetClusterIP), "dst,dst", "-j", "ACCEPT"},
+		[]string{"-m", "set", "--match-set", c.set(owned.SetLoadBalancer), "dst,dst", "-j", "ACCEPT"},
 	)
 }
 
 // clusterIPMasqRule decides which ClusterIP traffic gets the masquerade
 // mark. Valid configs only: the detector was checked by Validate.
 func (c Config) clusterIPMasqRule() []string {
-	clusterSet := []string{"-m", "comment", "--comment", commentClusterIPSet, "-m", "set", "--match-set", c.set(SetClusterIP)}
+	clusterSet := []string{"-m", "comment", "--comment", commentClusterIPSet, "-m", "set", "--match-set", c.set(owned.SetClusterIP)}
 	notLocal, _ := c.LocalDetector.notLocal(c.Family)
 	switch {
 	case c.MasqueradeAll:
@@ -127,8 +130,8 @@ func (c Config) externalIPRules() [][]string {
 		set, comment string
 		masq         bool
 	}{
-		{c.set(SetExternalIP), commentExternalIPSet, true},
-		{c.set(SetExternalIPLocal), commentExternalIPLocal, false},
+		{c.set(owned.SetExternalIP), commentExternalIPSet, true},
+		{c.set(owned.SetExternalIPLocal), commentExternalIPLocal, false},
 	} {
 		m := setMatch(s.comment, s.set, "dst,dst")
 		if s.masq {
@@ -153,9 +156,9 @@ func (c Config) nodePortRules() [][]string {
 	for _, p := range []struct {
 		proto, local, all, localComment, allComment, dir string
 	}{
-		{"tcp", SetNodePortLocalTCP, SetNodePortTCP, commentNodePortLocalTCP, commentNodePortTCP, "dst"},
-		{"udp", SetNodePortLocalUDP, SetNodePortUDP, commentNodePortLocalUDP, commentNodePortUDP, "dst"},
-		{"sctp", SetNodePortLocalSCTP, SetNodePortSCTP, commentNodePortLocalSCT, commentNodePortSCTP, "dst,dst"},
+		{"tcp", owned.SetNodePortLocalTCP, owned.SetNodePortTCP, commentNodePortLocalTCP, commentNodePortTCP, "dst"},
+		{"udp", owned.SetNodePortLocalUDP, owned.SetNodePortUDP, commentNodePortLocalUDP, commentNodePortUDP, "dst"},
+		{"sctp", owned.SetNodePortLocalSCTP, owned.SetNodePortSCTP, commentNodePortLocalSCT, commentNodePortSCTP, "dst,dst"},
 	} {
 		proto := []string{"-p", p.proto}
 		rules = append(rules,
@@ -172,7 +175,7 @@ func (c Config) nodePortRules() [][]string {
 // done since it dropped nat KUBE-FIREWALL.
 func (c Config) loadBalancerRules() [][]string {
 	return [][]string{
-		concat(setMatch(commentLBLocalSet, c.set(SetLoadBalancerLocal), "dst,dst"), "-j", "RETURN"),
+		concat(setMatch(commentLBLocalSet, c.set(owned.SetLoadBalancerLocal), "dst,dst"), "-j", "RETURN"),
 		{"-j", ChainMarkMasq},
 	}
 }
@@ -188,7 +191,7 @@ func (c Config) postroutingRules() [][]string {
 		masq = append(masq, "--random-fully")
 	}
 	return [][]string{
-		concat(setMatch(commentLoopBackSet, c.set(SetLoopBack), "dst,dst,src"), "-j", "MASQUERADE"),
+		concat(setMatch(commentLoopBackSet, c.set(owned.SetLoopBack), "dst,dst,src"), "-j", "MASQUERADE"),
 		{"-m", "mark", "!", "--mark", mm, "-j", "RETURN"},
 		// kube-proxy writes "--xor-mark 0x4000"; this is its saved form.
 		{"-j", "MARK", "--set-xmark", c.mark() + "/0x0"},

@@ -43,7 +43,7 @@ func concat(a []string, b ...string) []string {
 
 // Syncer keeps ipvsproxy's fixed rules in one family's tables.
 //
-// Precondition: every ipset the rules name (sync.OwnedSets for the
+// Precondition: every ipset the rules name (owned.Sets for the
 // family) exists before Sync (the kernel refuses a rule on a missing set,
 // failing the whole table). The engine creates its sets first; Cleanup
 // runs before the sets are destroyed.

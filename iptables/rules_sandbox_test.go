@@ -16,9 +16,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
-	ipvsync "github.com/ipvsproxy/ipvsproxy/sync"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // countingRunner counts restores on a real runner.
@@ -32,14 +32,14 @@ func (c *countingRunner) Restore(data []byte) error {
 	return c.Runner.Restore(data)
 }
 
-// createSets makes every ipset the engine creates (sync.OwnedSets), the
+// createSets makes every ipset the engine creates (owned.Sets), the
 // ones the rules match on; the engine does this before the first Sync in
 // production. Creating exactly the engine's list proves the rules name
 // only sets that exist, with the dimensions their matches use (the
 // kernel refuses "dst,dst" on a one-dimensional set).
 func createSets(t *testing.T, fam Family) {
 	t.Helper()
-	for _, s := range ipvsync.OwnedSets(fam == IPv4, fam == IPv6) {
+	for _, s := range owned.Sets(fam == IPv4, fam == IPv6) {
 		args := []string{"create", s.Name, string(s.Type)}
 		if s.Type == ipset.BitmapPort {
 			args = append(args, "range", fmt.Sprintf("%d-%d", s.PortFrom, s.PortTo))
@@ -83,7 +83,7 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 		createSets(t, fam)
 		real := &countingRunner{Runner: legacyRunner(t, fam)}
 		fake := NewFakeRunner(fam)
-		fake.SetKnownSets(ownedSetNames(fam)...)
+		fake.SetKnownSets(owned.SetNames(fam == IPv4, fam == IPv6)...)
 		for _, r := range []Runner{real, fake} {
 			if err := r.Restore([]byte(foreignFor(fam))); err != nil {
 				t.Fatalf("IPv%d foreign rules: %v", fam, err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	ipvsync "github.com/ipvsproxy/ipvsproxy/sync"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // testCase is a configuration and the iptables-save output it must give.
@@ -155,7 +155,7 @@ func TestSyncWritesExpectedRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := NewFakeRunner(tc.cfg.Family)
 			// Exactly the sets the engine creates: the rules name no other.
-			f.SetKnownSets(ownedSetNames(tc.cfg.Family)...)
+			f.SetKnownSets(owned.SetNames(tc.cfg.Family == IPv4, tc.cfg.Family == IPv6)...)
 			s := mustSyncer(t, f, tc.cfg)
 			changed, err := s.Sync()
 			if err != nil || !changed {
@@ -357,8 +357,8 @@ func TestSyncNeedsSets(t *testing.T) {
 	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
 		emptyFilter, emptyMangle)
 	// One set missing is enough to refuse a table.
-	names := ownedSetNames(IPv4)
-	f.SetKnownSets(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == SetIPVSIPs })...)
+	names := owned.SetNames(IPv4 == IPv4, IPv4 == IPv6)
+	f.SetKnownSets(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == owned.SetIPVSIPs })...)
 	if changed, err := s.Sync(); !changed || err == nil || !strings.Contains(err.Error(), "set KUBE-IPVS-IPS doesn't exist") {
 		t.Fatalf("Sync = %v, %v; want nat written and filter refused", changed, err)
 	}
@@ -367,15 +367,6 @@ func TestSyncNeedsSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTables(t, f, natV4Default, filterV4Bit14)
-}
-
-// ownedSetNames is the engine's list of sets for fam.
-func ownedSetNames(fam Family) []string {
-	var names []string
-	for _, s := range ipvsync.OwnedSets(fam == IPv4, fam == IPv6) {
-		names = append(names, s.Name)
-	}
-	return names
 }
 
 func TestSyncErrors(t *testing.T) {
@@ -465,23 +456,6 @@ func TestWarnings(t *testing.T) {
 		want := tc.name == "ipv4 defaults, no cluster CIDR"
 		if got := len(tc.cfg.Warnings()) > 0; got != want {
 			t.Errorf("%s: warnings %q", tc.name, tc.cfg.Warnings())
-		}
-	}
-}
-
-func TestSetName(t *testing.T) {
-	for _, tc := range []struct {
-		base string
-		fam  Family
-		want string
-	}{
-		{SetClusterIP, IPv4, "KUBE-CLUSTER-IP"},
-		{SetClusterIP, IPv6, "KUBE-6-CLUSTER-IP"},
-		{SetLoopBack, IPv6, "KUBE-6-LOOP-BACK"},
-		{"KUBE-LOAD-BALANCER-SOURCE-CIDR", IPv6, "KUBE-6-LOAD-BALANCER-SOURCE-CID"},
-	} {
-		if got := SetName(tc.base, tc.fam); got != tc.want {
-			t.Errorf("SetName(%q, %d) = %q, want %q", tc.base, tc.fam, got, tc.want)
 		}
 	}
 }

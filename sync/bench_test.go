@@ -30,6 +30,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // benchSizes are the cluster sizes every benchmark runs at.
@@ -114,7 +115,7 @@ func newBenchKernel(tb testing.TB, n int) *kernel {
 	tb.Helper()
 	k := &kernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
 	must(tb, k.dummy.EnsureLink())
-	for _, s := range OwnedSets(true, true) {
+	for _, s := range owned.Sets(true, true) {
 		s.MaxElem = max(s.MaxElem, uint32(2*n))
 		must(tb, k.ipset.EnsureSet(s))
 	}
@@ -124,7 +125,7 @@ func newBenchKernel(tb testing.TB, n int) *kernel {
 
 func ownedSetNames() []string {
 	var sets []string
-	for _, s := range OwnedSets(true, true) {
+	for _, s := range owned.Sets(true, true) {
 		sets = append(sets, s.Name)
 	}
 	return sets

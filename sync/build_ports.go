@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // serviceBuilder accumulates one service's kernel objects.
@@ -36,7 +37,7 @@ func (b *serviceBuilder) problem(format string, args ...any) {
 // --ipvs-exclude-cidrs: what is there is someone else's, so the service
 // writes nothing for it (no virtual server, address or set entry).
 func (b *serviceBuilder) excluded(what string, a netip.Addr) bool {
-	p, ok := excludedBy(b.cfg.ExcludeCIDRs, a)
+	p, ok := owned.ExcludedBy(b.cfg.ExcludeCIDRs, a)
 	if ok {
 		b.problem("%s %s is in --ipvs-exclude-cidrs %s; not programmed", what, a, p)
 	}
@@ -121,23 +122,23 @@ func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*disco
 	for _, e := range eps {
 		if e.local && (e.ready || e.serving && e.terminating) {
 			b.localEps[e.key] = true
-			b.entry(SetLoopBack, v6, ipset.Entry{IP: e.key.Address, Protocol: proto.String(), Port: e.key.Port, IP2: e.key.Address})
+			b.entry(owned.SetLoopBack, v6, ipset.Entry{IP: e.key.Address, Protocol: proto.String(), Port: e.key.Port, IP2: e.key.Address})
 		}
 	}
 	local := b.svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 
 	b.virtualServer(ip, proto, port, cluster)
 	b.bind(ip)
-	b.entry(SetClusterIP, v6, ipset.Entry{IP: ip, Protocol: proto.String(), Port: port})
+	b.entry(owned.SetClusterIP, v6, ipset.Entry{IP: ip, Protocol: proto.String(), Port: port})
 
 	for _, eip := range b.externalIPs {
 		if eip.Is6() == v6 {
-			b.externallyReached(eip, proto, port, external, SetExternalIP, SetExternalIPLocal, local)
+			b.externallyReached(eip, proto, port, external, owned.SetExternalIP, owned.SetExternalIPLocal, local)
 		}
 	}
 	for _, lb := range b.lbIPs {
 		if lb.Is6() == v6 {
-			b.externallyReached(lb, proto, port, external, SetLoadBalancer, SetLoadBalancerLocal, local)
+			b.externallyReached(lb, proto, port, external, owned.SetLoadBalancer, owned.SetLoadBalancerLocal, local)
 			b.sourceRangeEntries(lb, proto, port, v6)
 		}
 	}
@@ -180,16 +181,16 @@ func (b *serviceBuilder) sourceRangeEntries(lb netip.Addr, proto ipvs.Protocol, 
 	if len(ranges) == 0 {
 		return
 	}
-	b.entry(SetLoadBalancerFW, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port})
+	b.entry(owned.SetLoadBalancerFW, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port})
 	allowNode := false
 	for _, p := range ranges {
-		b.entry(SetLoadBalancerSrcCIDR, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, Net: p})
+		b.entry(owned.SetLoadBalancerSrcCIDR, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, Net: p})
 		for _, a := range b.cfg.NodePortAddresses {
 			allowNode = allowNode || p.Contains(a)
 		}
 	}
 	if allowNode {
-		b.entry(SetLoadBalancerSrcIP, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, IP2: lb})
+		b.entry(owned.SetLoadBalancerSrcIP, v6, ipset.Entry{IP: lb, Protocol: proto.String(), Port: port, IP2: lb})
 	}
 }
 
@@ -211,18 +212,18 @@ func (b *serviceBuilder) nodePort(sp *v1.ServicePort, proto ipvs.Protocol, v6, l
 		b.virtualServer(a, proto, np, eps)
 		if proto == ipvs.SCTP {
 			e := ipset.Entry{IP: a, Protocol: "sctp", Port: np}
-			b.entry(SetNodePortSCTP, v6, e)
+			b.entry(owned.SetNodePortSCTP, v6, e)
 			if local {
-				b.entry(SetNodePortLocalSCTP, v6, e)
+				b.entry(owned.SetNodePortLocalSCTP, v6, e)
 			}
 		}
 	}
 	var set, localSet string
 	switch proto {
 	case ipvs.TCP:
-		set, localSet = SetNodePortTCP, SetNodePortLocalTCP
+		set, localSet = owned.SetNodePortTCP, owned.SetNodePortLocalTCP
 	case ipvs.UDP:
-		set, localSet = SetNodePortUDP, SetNodePortLocalUDP
+		set, localSet = owned.SetNodePortUDP, owned.SetNodePortLocalUDP
 	default:
 		return
 	}
@@ -252,7 +253,7 @@ func (b *serviceBuilder) virtualServer(addr netip.Addr, proto ipvs.Protocol, por
 // bind puts a service address on kube-ipvs0 and in KUBE-IPVS-IPS.
 func (b *serviceBuilder) bind(a netip.Addr) {
 	b.out.State.Addresses = append(b.out.State.Addresses, a)
-	b.entry(SetIPVSIPs, a.Is6(), ipset.Entry{IP: a})
+	b.entry(owned.SetIPVSIPs, a.Is6(), ipset.Entry{IP: a})
 }
 
 // bindUnlessHost binds an external or load-balancer IP unless it is
@@ -265,5 +266,5 @@ func (b *serviceBuilder) bindUnlessHost(a netip.Addr) {
 }
 
 func (b *serviceBuilder) entry(base string, v6 bool, e ipset.Entry) {
-	b.out.State.Entries = append(b.out.State.Entries, SetEntry{Set: SetName(base, v6), Entry: e})
+	b.out.State.Entries = append(b.out.State.Entries, owned.SetEntry{Set: owned.SetName(base, v6), Entry: e})
 }

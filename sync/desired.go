@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // Per-service annotations that choose the IPVS scheduler.
@@ -106,7 +107,7 @@ func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Buil
 			b.HealthCheckNodePort = uint16(p)
 			b.LocalEndpoints = len(sb.localEps)
 			for v6 := range sb.programmed {
-				sb.entry(SetHealthCheckNodePort, v6, ipset.Entry{Port: uint16(p)})
+				sb.entry(owned.SetHealthCheckNodePort, v6, ipset.Entry{Port: uint16(p)})
 			}
 		}
 	}

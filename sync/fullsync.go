@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // A full pass reads the kernel, takes what it finds as the applied state
@@ -227,7 +228,7 @@ func realsReadBack(rec VirtualServerState, kv *kernelVS, wanted []ipvs.RealServe
 	}
 	i, j := 0, 0
 	for _, k := range kv.reals {
-		for j < len(wanted) && compareRealKey(wanted[j].RealKey, k.RealKey) < 0 {
+		for j < len(wanted) && ipvs.CompareRealKeys(wanted[j].RealKey, k.RealKey) < 0 {
 			j++
 		}
 		if j == len(wanted) || wanted[j].RealKey != k.RealKey {
@@ -279,7 +280,7 @@ func (r *Reconciler) FullSync(want map[string]*ServiceState) (FullSyncResult, er
 func (r *Reconciler) resetRecords(n int) {
 	r.applied = make(map[string]*ServiceState, n)
 	r.addrRefs = map[netip.Addr]int32{}
-	r.entryRefs = map[SetEntry]int32{}
+	r.entryRefs = map[owned.SetEntry]int32{}
 	r.setSize = map[string]int{}
 	r.vsOwner = map[ipvs.ServiceKey]string{}
 }
@@ -370,7 +371,7 @@ func (r *Reconciler) adoptVS(key string, got *ServiceState, v VirtualServerState
 	}
 	rec := &got.VirtualServers[i]
 	rec.Reals = slices.Clone(rec.Reals)
-	sorted.Walk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+	sorted.Walk(kv.reals, v.Reals, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
 		func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
 		func(k, _ ipvs.RealServer) {
 			if !slices.ContainsFunc(rec.Reals, func(x ipvs.RealServer) bool { return x.RealKey == k.RealKey }) {

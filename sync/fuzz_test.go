@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -60,7 +61,7 @@ func FuzzBuild(f *testing.F) {
 func checkState(t *testing.T, st *ServiceState) {
 	t.Helper()
 	if !slices.IsSortedFunc(st.VirtualServers, compareVSS) || !slices.IsSortedFunc(st.Addresses, netip.Addr.Compare) ||
-		!slices.IsSortedFunc(st.Entries, compareSetEntry) {
+		!slices.IsSortedFunc(st.Entries, owned.CompareSetEntries) {
 		t.Fatalf("state not sorted: %+v", st)
 	}
 	for i, v := range st.VirtualServers {

@@ -19,6 +19,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // guardServices is the cluster size the guard runs at.
@@ -31,7 +32,7 @@ type kernelCall struct {
 	vs    ipvs.ServiceKey // ipvs
 	real  ipvs.RealKey    // ipvs, real-server verbs
 	addr  netip.Addr      // dummyif
-	entry SetEntry        // ipset
+	entry owned.SetEntry  // ipset
 }
 
 func (c kernelCall) String() string {
@@ -61,7 +62,7 @@ func recordCalls(k *kernel) (calls *[]kernelCall, stop func()) {
 		return nil
 	})
 	k.ipset.Inject = func(verb, set string, e *ipset.Entry) error {
-		c := kernelCall{kind: "ipset", verb: verb, entry: SetEntry{Set: set}}
+		c := kernelCall{kind: "ipset", verb: verb, entry: owned.SetEntry{Set: set}}
 		if e != nil {
 			c.entry.Entry = *e
 		}
@@ -80,12 +81,12 @@ type serviceObjects struct {
 	vs      map[ipvs.ServiceKey]bool
 	reals   map[[2]any]bool // {ServiceKey, RealKey}
 	addrs   map[netip.Addr]bool
-	entries map[SetEntry]bool
+	entries map[owned.SetEntry]bool
 }
 
 func objectsOf(states ...ServiceState) serviceObjects {
 	o := serviceObjects{vs: map[ipvs.ServiceKey]bool{}, reals: map[[2]any]bool{},
-		addrs: map[netip.Addr]bool{}, entries: map[SetEntry]bool{}}
+		addrs: map[netip.Addr]bool{}, entries: map[owned.SetEntry]bool{}}
 	for _, st := range states {
 		for _, v := range st.VirtualServers {
 			o.vs[v.VS.ServiceKey] = true
@@ -149,7 +150,7 @@ type guardChange struct {
 func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 	w := map[string]int{}
 	vsCmp := func(a, b VirtualServerState) int { return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey) }
-	realCmp := func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) }
+	realCmp := func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) }
 	sorted.Walk(oldSt.VirtualServers, newSt.VirtualServers, vsCmp,
 		func(VirtualServerState) { w["DeleteVirtualServer"]++ },
 		func(n VirtualServerState) { w["AddVirtualServer"]++; w["AddRealServer"] += len(n.Reals) },
@@ -170,10 +171,10 @@ func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 		func(netip.Addr) { w[dummyif.VerbDeleteAddress]++ },
 		func(netip.Addr) { w[dummyif.VerbAddAddress]++ },
 		func(_, _ netip.Addr) {})
-	sorted.Walk(oldSt.Entries, newSt.Entries, compareSetEntry,
-		func(SetEntry) { w[ipset.VerbDel]++ },
-		func(SetEntry) { w[ipset.VerbAdd]++ },
-		func(_, _ SetEntry) {})
+	sorted.Walk(oldSt.Entries, newSt.Entries, owned.CompareSetEntries,
+		func(owned.SetEntry) { w[ipset.VerbDel]++ },
+		func(owned.SetEntry) { w[ipset.VerbAdd]++ },
+		func(_, _ owned.SetEntry) {})
 	for verb, n := range w {
 		if n == 0 {
 			delete(w, verb)
@@ -289,7 +290,7 @@ func TestGuardCatchesForeignWritesAndDumps(t *testing.T) {
 	if _, err := nd.k.ipvs.ListVirtualServers(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nd.k.ipset.ListEntries(SetClusterIP); err != nil {
+	if _, err := nd.k.ipset.ListEntries(owned.SetClusterIP); err != nil {
 		t.Fatal(err)
 	}
 	mv := mine.VirtualServers[0]

@@ -14,6 +14,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 const testNode = "node-a"
@@ -87,7 +88,7 @@ func newKernel(t testing.TB) *kernel {
 	if err := k.dummy.EnsureLink(); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range OwnedSets(true, true) {
+	for _, s := range owned.Sets(true, true) {
 		if err := k.ipset.EnsureSet(s); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,9 @@ func newKernel(t testing.TB) *kernel {
 	return k
 }
 
-func (k *kernel) Kernel() Kernel { return Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset} }
+func (k *kernel) Kernel() owned.Kernel {
+	return owned.Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset}
+}
 
 func (k *kernel) resetCounts() {
 	k.ipvs.ResetCounts()
@@ -159,7 +162,7 @@ type engine struct {
 
 func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
 	var sets []string
-	for _, s := range OwnedSets(true, true) {
+	for _, s := range owned.Sets(true, true) {
 		sets = append(sets, s.Name)
 	}
 	return &engine{t: t, k: k, rec: NewReconciler(k.Kernel(), sets, exclude), cfg: testConfig,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // kernelText is what an operator sees: ipvsadm -Sn, the set entries and
@@ -103,7 +104,7 @@ func TestPassInStepsWithChangesBetween(t *testing.T) {
 	must(t, k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.5")))
 	stray := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.3"), Protocol: ipvs.TCP, Port: 9999}, Scheduler: "rr"}
 	must(t, k.ipvs.AddVirtualServer(stray))
-	must(t, k.ipset.AddEntry(SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
+	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
 
 	e.beginPass()
 	steps := 0

@@ -8,18 +8,11 @@ import (
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
-	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
-
-// Kernel bundles the kernel adapters the reconciler drives.
-type Kernel struct {
-	IPVS  ipvs.Interface
-	Dummy dummyif.Interface
-	IPSet ipset.Interface
-}
 
 // Op names one kind of kernel write, for metrics and logs.
 type Op struct {
@@ -39,7 +32,7 @@ type Op struct {
 //
 // A Reconciler is not safe for concurrent use; the Runner serialises it.
 type Reconciler struct {
-	kernel  Kernel
+	kernel  owned.Kernel
 	exclude []netip.Prefix // never prune virtual servers or addresses in these
 	// nodePorts are the addresses node ports are served on, for the
 	// ownership of node-port virtual servers (SetNodePortAddresses).
@@ -48,7 +41,7 @@ type Reconciler struct {
 
 	applied   map[string]*ServiceState
 	addrRefs  map[netip.Addr]int32
-	entryRefs map[SetEntry]int32
+	entryRefs map[owned.SetEntry]int32
 	vsOwner   map[ipvs.ServiceKey]string
 	draining  drainState
 	stale     []conntrack.Flow
@@ -69,14 +62,14 @@ type Reconciler struct {
 
 // NewReconciler returns a Reconciler with an empty applied record. The
 // first full pass adopts whatever the kernel already holds.
-func NewReconciler(k Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
+func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
 	return &Reconciler{
 		kernel:    k,
 		exclude:   exclude,
 		sets:      ownedSets,
 		applied:   map[string]*ServiceState{},
 		addrRefs:  map[netip.Addr]int32{},
-		entryRefs: map[SetEntry]int32{},
+		entryRefs: map[owned.SetEntry]int32{},
 		vsOwner:   map[ipvs.ServiceKey]string{},
 		draining:  drainState{},
 		setSize:   map[string]int{},
@@ -166,11 +159,11 @@ func (r *Reconciler) withoutConflicts(key string, want *ServiceState) (*ServiceS
 		unbound[k.Address] = !slices.ContainsFunc(out.VirtualServers, func(v VirtualServerState) bool { return v.VS.Address == k.Address })
 	}
 	out.Addresses = slices.DeleteFunc(slices.Clone(want.Addresses), func(a netip.Addr) bool { return unbound[a] })
-	out.Entries = slices.DeleteFunc(slices.Clone(want.Entries), func(e SetEntry) bool {
+	out.Entries = slices.DeleteFunc(slices.Clone(want.Entries), func(e owned.SetEntry) bool {
 		if unbound[e.Entry.IP] && e.Entry == (ipset.Entry{IP: e.Entry.IP}) {
 			return true // KUBE-IPVS-IPS
 		}
-		if e.Set == SetName(SetLoopBack, false) || e.Set == SetName(SetLoopBack, true) {
+		if e.Set == owned.SetName(owned.SetLoopBack, false) || e.Set == owned.SetName(owned.SetLoopBack, true) {
 			return false // keyed by an endpoint, not a virtual server
 		}
 		return slices.ContainsFunc(lost, func(k ipvs.ServiceKey) bool {
@@ -216,7 +209,7 @@ func (r *Reconciler) apply(key string, want *ServiceState) error {
 	got := &ServiceState{
 		Addresses:      make([]netip.Addr, 0, len(want.Addresses)),
 		VirtualServers: make([]VirtualServerState, 0, len(want.VirtualServers)),
-		Entries:        make([]SetEntry, 0, len(want.Entries)),
+		Entries:        make([]owned.SetEntry, 0, len(want.Entries)),
 	}
 
 	// Bind new addresses first, so a new virtual server answers at once.
@@ -256,21 +249,21 @@ func (r *Reconciler) apply(key string, want *ServiceState) error {
 			got.VirtualServers = append(got.VirtualServers, s)
 		})
 
-	sorted.Walk(have.Entries, want.Entries, compareSetEntry,
-		func(e SetEntry) {
+	sorted.Walk(have.Entries, want.Entries, owned.CompareSetEntries,
+		func(e owned.SetEntry) {
 			if err := r.removeEntry(e); err != nil {
 				errs = append(errs, err)
 				got.Entries = append(got.Entries, e)
 			}
 		},
-		func(e SetEntry) {
+		func(e owned.SetEntry) {
 			if err := r.addEntry(e); err != nil {
 				errs = append(errs, err)
 				return
 			}
 			got.Entries = append(got.Entries, e)
 		},
-		func(e, _ SetEntry) { got.Entries = append(got.Entries, e) })
+		func(e, _ owned.SetEntry) { got.Entries = append(got.Entries, e) })
 
 	// Unbind last: the virtual servers on these addresses are gone by now.
 	kept := false
@@ -320,7 +313,7 @@ func (r *Reconciler) unbind(a netip.Addr) error {
 	return nil
 }
 
-func (r *Reconciler) addEntry(e SetEntry) error {
+func (r *Reconciler) addEntry(e owned.SetEntry) error {
 	if r.entryRefs[e] == 0 {
 		if err := r.ensureCapacity(e.Set, r.setSize[e.Set]+1); err != nil {
 			return err
@@ -343,7 +336,7 @@ func (r *Reconciler) addEntry(e SetEntry) error {
 	return nil
 }
 
-func (r *Reconciler) removeEntry(e SetEntry) error {
+func (r *Reconciler) removeEntry(e owned.SetEntry) error {
 	if r.entryRefs[e] <= 1 {
 		if err := r.observe("set_entry", "delete", r.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
 			return err
@@ -409,7 +402,7 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 			got.VS = n.VS
 		}
 	}
-	sorted.Walk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) },
+	sorted.Walk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
 		func(rs ipvs.RealServer) {
 			if err := r.retireReal(k, rs); err != nil {
 				errs = append(errs, err)
@@ -478,7 +471,7 @@ func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
 	return nil
 }
 
-func (r *Reconciler) excluded(a netip.Addr) bool { return Excluded(r.exclude, a) }
+func (r *Reconciler) excluded(a netip.Addr) bool { return owned.Excluded(r.exclude, a) }
 
 // SetNodePortAddresses tells the reconciler the addresses node ports are
 // served on now (the builder's Config.NodePortAddresses): the full pass
@@ -490,6 +483,6 @@ func (r *Reconciler) SetNodePortAddresses(addrs []netip.Addr) {
 
 // ownership is the ownership rule over snap, the node-port addresses and
 // the excluded CIDRs.
-func (r *Reconciler) ownership(snap *kernelSnapshot) Ownership {
-	return Ownership{Bound: snap.addrs, Entries: snap.entries, NodePorts: r.nodePorts, Exclude: r.exclude}
+func (r *Reconciler) ownership(snap *kernelSnapshot) owned.Ownership {
+	return owned.Ownership{Bound: snap.addrs, Entries: snap.entries, NodePorts: r.nodePorts, Exclude: r.exclude}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 func TestClusterIPProgramsKernel(t *testing.T) {
@@ -223,10 +224,10 @@ func TestDriftRepairedByFullSync(t *testing.T) {
 	must(t, k.ipvs.DeleteRealServer(vsA, ipvs.RealKey{Address: netip.MustParseAddr("10.244.1.6"), Port: 8080}))
 	must(t, k.ipvs.AddRealServer(vsA, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.244.9.9"), Port: 8080}, Weight: 1}))
 	must(t, k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.11")))
-	must(t, k.ipset.DeleteEntry(SetLoopBack, ipset.Entry{IP: netip.MustParseAddr("10.244.1.5"), Protocol: "tcp", Port: 8080, IP2: netip.MustParseAddr("10.244.1.5")}))
+	must(t, k.ipset.DeleteEntry(owned.SetLoopBack, ipset.Entry{IP: netip.MustParseAddr("10.244.1.5"), Protocol: "tcp", Port: 8080, IP2: netip.MustParseAddr("10.244.1.5")}))
 	stale := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 9999}, Scheduler: "rr"}
 	must(t, k.ipvs.AddVirtualServer(stale))
-	must(t, k.ipset.AddEntry(SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
+	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
 
 	e.full()
 	after := k.ipvs.String() + k.ipsetEntries() + fmt.Sprint(k.dummy.Addresses())

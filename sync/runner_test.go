@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 type recordedEvents struct {
@@ -63,7 +64,7 @@ func startRunnerConfig(t *testing.T, syncPeriod time.Duration, wrapSynced func(f
 	t.Helper()
 	h := &runnerHarness{k: newKernel(t), client: fake.NewClientset(), events: &recordedEvents{}, done: make(chan struct{})}
 	var sets []string
-	for _, s := range OwnedSets(true, true) {
+	for _, s := range owned.Sets(true, true) {
 		sets = append(sets, s.Name)
 	}
 	rec := NewReconciler(h.k.Kernel(), sets, nil)

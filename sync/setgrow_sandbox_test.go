@@ -14,6 +14,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // TestSandboxSetGrowthOnRealKernel proves the growth path on the kernel:
@@ -30,16 +31,16 @@ func TestSandboxSetGrowthOnRealKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sets.Close()
-	specs := OwnedSets(true, false)
+	specs := owned.Sets(true, false)
 	for _, s := range specs {
 		must(t, sets.EnsureSet(s))
 	}
 	// A rule referencing the set: the kernel refuses to destroy a set in
 	// use, so the swap must leave the referenced name holding the data.
-	if out, err := exec.Command("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "set", "--match-set", SetClusterIP, "dst,dst", "-j", "RETURN").CombinedOutput(); err != nil {
+	if out, err := exec.Command("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "set", "--match-set", owned.SetClusterIP, "dst,dst", "-j", "RETURN").CombinedOutput(); err != nil {
 		t.Fatalf("iptables: %v: %s", err, out)
 	}
-	rec := NewReconciler(Kernel{IPVS: ipvs.NewFake(), Dummy: dummyif.NewFake(""), IPSet: sets}, []string{SetClusterIP}, nil)
+	rec := NewReconciler(owned.Kernel{IPVS: ipvs.NewFake(), Dummy: dummyif.NewFake(""), IPSet: sets}, []string{owned.SetClusterIP}, nil)
 	rec.SetSpecs(specs)
 	grown := 0
 	rec.OnSetGrown = func(string, uint32) { grown++ }
@@ -50,7 +51,7 @@ func TestSandboxSetGrowthOnRealKernel(t *testing.T) {
 		ip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
 		st := &ServiceState{}
 		for p := 1; p <= ports; p++ {
-			st.Entries = append(st.Entries, SetEntry{Set: SetClusterIP, Entry: ipset.Entry{IP: ip, Protocol: "tcp", Port: uint16(p)}})
+			st.Entries = append(st.Entries, owned.SetEntry{Set: owned.SetClusterIP, Entry: ipset.Entry{IP: ip, Protocol: "tcp", Port: uint16(p)}})
 		}
 		if err := rec.Sync(fmt.Sprintf("ns/s%d", i), st); err != nil {
 			t.Fatalf("service %d: %v", i, err)
@@ -60,19 +61,19 @@ func TestSandboxSetGrowthOnRealKernel(t *testing.T) {
 	if grown != 1 {
 		t.Errorf("growths: %d, want 1", grown)
 	}
-	out, err := exec.Command("ipset", "list", "-t", SetClusterIP).CombinedOutput()
+	out, err := exec.Command("ipset", "list", "-t", owned.SetClusterIP).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ipset list: %v: %s", err, out)
 	}
 	for _, want := range []string{"maxelem 131072", "Number of entries: 70000", "References: 1"} {
 		if !strings.Contains(string(out), want) {
-			t.Errorf("ipset list -t %s lacks %q:\n%s", SetClusterIP, want, out)
+			t.Errorf("ipset list -t %s lacks %q:\n%s", owned.SetClusterIP, want, out)
 		}
 	}
 	if out, _ := exec.Command("ipset", "list", "-n").CombinedOutput(); strings.Contains(string(out), growTempSet) {
 		t.Errorf("temporary set left behind:\n%s", out)
 	}
-	entries, err := sets.ListEntries(SetClusterIP)
+	entries, err := sets.ListEntries(owned.SetClusterIP)
 	if err != nil || len(entries) != services*ports {
 		t.Errorf("listed %d entries (err %v), want %d", len(entries), err, services*ports)
 	}

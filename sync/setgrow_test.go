@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // setModel replays the ipset operations the reconciler issued, to check a
@@ -25,7 +26,7 @@ type setOp struct {
 func TestSetsGrowBySwapWithoutMissingEntries(t *testing.T) {
 	k := newKernel(t)
 	e := newEngine(t, k)
-	e.rec.SetSpecs(OwnedSets(true, true))
+	e.rec.SetSpecs(owned.Sets(true, true))
 	var grown []string
 	e.rec.OnSetGrown = func(set string, max uint32) { grown = append(grown, fmt.Sprintf("%s %d", set, max)) }
 	model := &setModel{}
@@ -45,13 +46,13 @@ func TestSetsGrowBySwapWithoutMissingEntries(t *testing.T) {
 		ip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
 		st := &ServiceState{Addresses: []netip.Addr{ip}}
 		for p := 1; p <= ports; p++ {
-			st.Entries = append(st.Entries, SetEntry{Set: SetClusterIP, Entry: ipset.Entry{IP: ip, Protocol: "tcp", Port: uint16(p)}})
+			st.Entries = append(st.Entries, owned.SetEntry{Set: owned.SetClusterIP, Entry: ipset.Entry{IP: ip, Protocol: "tcp", Port: uint16(p)}})
 		}
 		if err := e.rec.Sync(fmt.Sprintf("ns/s%d", i), st); err != nil {
 			t.Fatalf("service %d: %v", i, err)
 		}
 	}
-	if got := len(k.ipset.Entries(SetClusterIP)); got != services*ports {
+	if got := len(k.ipset.Entries(owned.SetClusterIP)); got != services*ports {
 		t.Fatalf("KUBE-CLUSTER-IP holds %d entries, want %d", got, services*ports)
 	}
 	if fmt.Sprint(grown) != "[KUBE-CLUSTER-IP 131072]" {
@@ -62,11 +63,11 @@ func TestSetsGrowBySwapWithoutMissingEntries(t *testing.T) {
 		if s.Name == growTempSet {
 			t.Errorf("temporary set %s left behind", growTempSet)
 		}
-		if s.Name == SetClusterIP && s.MaxElem != 131072 {
+		if s.Name == owned.SetClusterIP && s.MaxElem != 131072 {
 			t.Errorf("KUBE-CLUSTER-IP maxelem %d, want 131072", s.MaxElem)
 		}
 	}
-	model.check(t, SetClusterIP)
+	model.check(t, owned.SetClusterIP)
 }
 
 // check replays the ops: every entry added to active (and not deleted) must

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // kernelSnapshot is one read of everything ipvsproxy may own: the
@@ -21,7 +22,7 @@ import (
 type kernelSnapshot struct {
 	addrs   map[netip.Addr]bool
 	vs      map[ipvs.ServiceKey]*kernelVS
-	entries map[SetEntry]bool
+	entries map[owned.SetEntry]bool
 }
 
 type kernelVS struct {
@@ -34,7 +35,7 @@ func newKernelSnapshot() *kernelSnapshot {
 	return &kernelSnapshot{
 		addrs:   map[netip.Addr]bool{},
 		vs:      map[ipvs.ServiceKey]*kernelVS{},
-		entries: map[SetEntry]bool{},
+		entries: map[owned.SetEntry]bool{},
 	}
 }
 
@@ -78,7 +79,7 @@ func (r *Reconciler) snapshotReads(snap *kernelSnapshot) []func() error {
 				}
 			}
 			return r.kernel.IPSet.WalkEntries(set, reset, func(e ipset.Entry) error {
-				snap.entries[SetEntry{Set: set, Entry: e}] = true
+				snap.entries[owned.SetEntry{Set: set, Entry: e}] = true
 				return nil
 			})
 		})
@@ -106,7 +107,7 @@ func (r *Reconciler) loadReals(kv *kernelVS, sizeHint int) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(kv.reals, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
+	slices.SortFunc(kv.reals, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) })
 	kv.loaded = true
 	return nil
 }
@@ -185,7 +186,7 @@ func (r *Reconciler) noteSynced(snap *kernelSnapshot, old, now *ServiceState) {
 // sorted): the ones the sync dropped go, the ones it has are present with
 // its weight, and the ones it never knew of stay.
 func mergeReals(kernel, before, after []ipvs.RealServer) []ipvs.RealServer {
-	cmp := func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) }
+	cmp := func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) }
 	out := make([]ipvs.RealServer, 0, len(kernel)+len(after))
 	for _, rs := range kernel {
 		_, dropped := slices.BinarySearchFunc(before, rs, cmp)

@@ -14,21 +14,15 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
-
-// SetEntry is one member of one ipset.
-type SetEntry struct {
-	Set   string
-	Entry ipset.Entry
-}
 
 // VirtualServerState is one virtual server and the real servers it should
 // balance to.
 type VirtualServerState struct {
 	VS    ipvs.VirtualServer
-	Reals []ipvs.RealServer // sorted by compareRealKey, unique
+	Reals []ipvs.RealServer // sorted by ipvs.CompareRealKeys, unique
 }
 
 // ServiceState is every kernel object one Service needs. All slices are
@@ -38,7 +32,7 @@ type VirtualServerState struct {
 type ServiceState struct {
 	VirtualServers []VirtualServerState // sorted by compareServiceKey
 	Addresses      []netip.Addr         // bound on kube-ipvs0; sorted
-	Entries        []SetEntry           // sorted by compareSetEntry
+	Entries        []owned.SetEntry     // sorted by owned.CompareSetEntries
 }
 
 // Empty reports whether the state holds no kernel object.
@@ -67,15 +61,20 @@ func (s *ServiceState) normalize() {
 	})
 	for i := range s.VirtualServers {
 		r := s.VirtualServers[i].Reals
-		slices.SortStableFunc(r, func(a, b ipvs.RealServer) int { return compareRealKey(a.RealKey, b.RealKey) })
+		slices.SortStableFunc(r, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) })
 		s.VirtualServers[i].Reals = slices.CompactFunc(r, func(a, b ipvs.RealServer) bool { return a.RealKey == b.RealKey })
 	}
 	slices.SortFunc(s.Addresses, netip.Addr.Compare)
 	s.Addresses = slices.Compact(s.Addresses)
-	slices.SortFunc(s.Entries, compareSetEntry)
+	slices.SortFunc(s.Entries, owned.CompareSetEntries)
 	s.Entries = slices.Compact(s.Entries)
 }
 
+// compareServiceKey is the records' order: by address first, so that a
+// service's virtual servers on one address sit together. It is not
+// ipvs.CompareServiceKeys (ipvsadm's listing order, protocol before
+// address) because the records' order decides the order of the kernel
+// writes of a sync, which must not change.
 func compareServiceKey(a, b ipvs.ServiceKey) int {
 	if c := a.Address.Compare(b.Address); c != 0 {
 		return c
@@ -84,34 +83,4 @@ func compareServiceKey(a, b ipvs.ServiceKey) int {
 		return c
 	}
 	return cmp.Compare(a.Port, b.Port)
-}
-
-func compareRealKey(a, b ipvs.RealKey) int {
-	if c := a.Address.Compare(b.Address); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Port, b.Port)
-}
-
-func compareSetEntry(a, b SetEntry) int {
-	if c := cmp.Compare(a.Set, b.Set); c != 0 {
-		return c
-	}
-	x, y := a.Entry, b.Entry
-	if c := x.IP.Compare(y.IP); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(x.Protocol, y.Protocol); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(x.Port, y.Port); c != 0 {
-		return c
-	}
-	if c := x.IP2.Compare(y.IP2); c != 0 {
-		return c
-	}
-	if c := x.Net.Addr().Compare(y.Net.Addr()); c != 0 {
-		return c
-	}
-	return cmp.Compare(x.Net.Bits(), y.Net.Bits())
 }

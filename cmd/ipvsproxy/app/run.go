@@ -39,6 +39,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sizing"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
@@ -100,7 +101,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	v6 := ipv6Usable(backend)
-	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
+	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: owned.Sets(true, v6),
 		onFail: metrics.RestoreFailures.Inc}
 	detector, _ := o.localDetector()
 	if detector.Mode == iptables.LocalModeNodeCIDR {
@@ -123,7 +124,7 @@ func Run(ctx context.Context, o *Options) error {
 	for _, s := range setup.sets {
 		ownedSets = append(ownedSets, s.Name)
 	}
-	rec := sync.NewReconciler(sync.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
+	rec := sync.NewReconciler(owned.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
 	rec.SetGracePeriod(o.GracePeriod)
 	rec.SetSpecs(setup.sets)
 	rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }

@@ -22,6 +22,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -135,22 +136,22 @@ func newStatusCommand() *cobra.Command {
 }
 
 // realKernel opens the kernel adapters the tools read and write.
-func realKernel() (sync.Kernel, func(), error) {
+func realKernel() (owned.Kernel, func(), error) {
 	h, err := ipvs.New()
 	if err != nil {
-		return sync.Kernel{}, nil, err
+		return owned.Kernel{}, nil, err
 	}
 	dummy, err := dummyif.New(dummyif.DefaultLinkName)
 	if err != nil {
 		h.Close()
-		return sync.Kernel{}, nil, err
+		return owned.Kernel{}, nil, err
 	}
 	sets, err := ipset.New()
 	if err != nil {
 		h.Close()
-		return sync.Kernel{}, nil, err
+		return owned.Kernel{}, nil, err
 	}
-	return sync.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}, h.Close, nil
+	return owned.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}, h.Close, nil
 }
 
 func runCleanup(o *Options, out io.Writer) error {
@@ -180,7 +181,7 @@ func runCleanup(o *Options, out io.Writer) error {
 		return err
 	}
 	// Both families' sets: the node may have run with IPv6 before.
-	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: sync.OwnedSets(true, true), Rules: cleaners, Exclude: exclude, NodePorts: nodePorts})
+	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: owned.Sets(true, true), Rules: cleaners, Exclude: exclude, NodePorts: nodePorts})
 	fmt.Fprintf(out, "removed %d virtual servers, %d addresses, %d ipsets, link %s: %t; iptables chains and jump rules cleaned\n",
 		res.VirtualServers, res.Addresses, res.Sets, dummyif.DefaultLinkName, res.Link)
 	return err
@@ -220,7 +221,7 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	}
 	want := inspect.BuildDesired(svcs, eps, &cfg)
 	exclude, _ := o.excludeCIDRs()
-	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, cfg.NodePortAddresses, want.Wants)
+	have, err := inspect.Read(k, owned.Sets(true, v6), exclude, cfg.NodePortAddresses, want.Wants)
 	if err != nil {
 		return inspect.Diff{}, err
 	}
@@ -342,7 +343,7 @@ func runStatus(ctx context.Context, o *Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, nodePorts, nil)
+	have, err := inspect.Read(k, owned.Sets(true, v6), exclude, nodePorts, nil)
 	if err != nil {
 		return err
 	}

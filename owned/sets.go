@@ -1,6 +1,16 @@
-package sync
+// Package owned is the one home of what ipvsproxy owns in the kernel: the
+// names and types of its ipsets, the rule that says which virtual servers
+// and addresses are its own (Ownership), and the bundle of kernel adapters
+// that hold them (Kernel). The engine (sync), the operator commands
+// (inspect, cleanup) and the fixed rules (iptables) all import it, so they
+// cannot drift apart: a set the rules match on is the set the engine
+// fills, and what diff calls foreign is what the full pass leaves alone.
+//
+// It is a leaf: it imports only the adapters' types.
+package owned
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -53,23 +63,23 @@ var setOrder = []struct {
 	{SetIPVSIPs, ipset.HashIP},
 }
 
-// SetName returns the name of a set for a family: the IPv6 twin of
-// KUBE-CLUSTER-IP is KUBE-6-CLUSTER-IP, cut to the kernel's 31 characters.
+// SetName returns kube-proxy's name of a set for a family: the IPv6 twin
+// of KUBE-CLUSTER-IP is KUBE-6-CLUSTER-IP, cut to the kernel's 31
+// characters.
 func SetName(base string, v6 bool) string {
-	if !v6 {
-		return base
+	if v6 && strings.HasPrefix(base, "KUBE-") {
+		base = "KUBE-6-" + strings.TrimPrefix(base, "KUBE-")
 	}
-	n := "KUBE-6-" + strings.TrimPrefix(base, "KUBE-")
-	if len(n) > 31 {
-		n = n[:31]
+	if len(base) > 31 {
+		base = base[:31]
 	}
-	return n
+	return base
 }
 
-// OwnedSets lists the sets ipvsproxy creates and owns for the enabled
-// families, in creation order. Entries in these sets that no service wants
-// are pruned.
-func OwnedSets(v4, v6 bool) []ipset.Set {
+// Sets lists the sets ipvsproxy creates and owns for the enabled
+// families, in creation order. Entries in these sets that no service
+// wants are pruned.
+func Sets(v4, v6 bool) []ipset.Set {
 	var out []ipset.Set
 	for _, fam := range []struct {
 		on bool
@@ -90,4 +100,28 @@ func OwnedSets(v4, v6 bool) []ipset.Set {
 		}
 	}
 	return out
+}
+
+// SetNames is the names of Sets(v4, v6), in creation order.
+func SetNames(v4, v6 bool) []string {
+	var names []string
+	for _, s := range Sets(v4, v6) {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// SetEntry is one member of one ipset.
+type SetEntry struct {
+	Set   string
+	Entry ipset.Entry
+}
+
+// CompareSetEntries orders set entries by set name, then entry fields: the
+// order of a service's record, and of what inspect lists.
+func CompareSetEntries(a, b SetEntry) int {
+	x, y := a.Entry, b.Entry
+	return cmp.Or(cmp.Compare(a.Set, b.Set), x.IP.Compare(y.IP), cmp.Compare(x.Protocol, y.Protocol),
+		cmp.Compare(x.Port, y.Port), x.IP2.Compare(y.IP2), x.Net.Addr().Compare(y.Net.Addr()),
+		cmp.Compare(x.Net.Bits(), y.Net.Bits()))
 }

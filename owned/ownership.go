@@ -1,4 +1,4 @@
-package sync
+package owned
 
 import (
 	"net/netip"
@@ -70,12 +70,12 @@ func (o Ownership) OwnsAddress(a netip.Addr) bool { return !Excluded(o.Exclude, 
 
 // Excluded reports whether a is in one of the prefixes.
 func Excluded(exclude []netip.Prefix, a netip.Addr) bool {
-	_, ok := excludedBy(exclude, a)
+	_, ok := ExcludedBy(exclude, a)
 	return ok
 }
 
-// excludedBy returns the prefix of exclude that holds a, if any.
-func excludedBy(exclude []netip.Prefix, a netip.Addr) (netip.Prefix, bool) {
+// ExcludedBy returns the prefix of exclude that holds a, if any.
+func ExcludedBy(exclude []netip.Prefix, a netip.Addr) (netip.Prefix, bool) {
 	for _, p := range exclude {
 		if p.Contains(a) {
 			return p, true
