@@ -22,6 +22,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 
+	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
 	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
@@ -68,7 +69,7 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
 			Ports: []v1.ServicePort{{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}}}
 	b := sync.Build(svc, nil, &cfg)
-	res, err := sync.NewReconciler(k, names, nil).FullSync(map[string]*sync.ServiceState{"default/web": &b.State})
+	res, err := enginetest.FullSync(sync.NewReconciler(k, names, nil), map[string]*sync.ServiceState{"default/web": &b.State})
 	must(t, err)
 	if len(res.Failed) > 0 {
 		t.Fatal(res.Failed)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -88,7 +89,7 @@ func programmedNode(t *testing.T) *node {
 			ExternalIPs: []string{"198.51.100.1"},
 			Ports:       []v1.ServicePort{{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}}}
 	b := sync.Build(svc, nil, &cfg)
-	res, err := sync.NewReconciler(n.kernel(), names, nil).FullSync(map[string]*sync.ServiceState{"default/web": &b.State})
+	res, err := enginetest.FullSync(sync.NewReconciler(n.kernel(), names, nil), map[string]*sync.ServiceState{"default/web": &b.State})
 	must(t, err)
 	if len(res.Failed) > 0 {
 		t.Fatal(res.Failed)

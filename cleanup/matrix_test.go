@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -123,7 +124,7 @@ func matrixReconciler(n *matrixNode) *sync.Reconciler {
 
 func fullSync(t *testing.T, rec *sync.Reconciler, want map[string]*sync.ServiceState) {
 	t.Helper()
-	res, err := rec.FullSync(want)
+	res, err := enginetest.FullSync(rec, want)
 	must(t, err)
 	if len(res.Failed) > 0 || res.Prune != nil {
 		t.Fatalf("full sync: failed %v, prune %v", res.Failed, res.Prune)

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -113,7 +114,7 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	rec := sync.NewReconciler(k.Kernel(), names, nil)
-	res, err := rec.FullSync(states)
+	res, err := enginetest.FullSync(rec, states)
 	must(t, err)
 	if len(res.Failed) > 0 || res.Prune != nil {
 		t.Fatalf("engine: %+v", res)
@@ -176,7 +177,7 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	}
 	rec := sync.NewReconciler(k.Kernel(), names, exclude)
 	rec.SetNodePortAddresses(nodePorts)
-	if _, err := rec.FullSync(map[string]*sync.ServiceState{}); err != nil {
+	if _, err := enginetest.FullSync(rec, map[string]*sync.ServiceState{}); err != nil {
 		t.Fatal(err)
 	}
 	left, err := k.ipvs.ListVirtualServers()

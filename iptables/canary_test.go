@@ -12,7 +12,7 @@ import (
 func syncedFake(t *testing.T) (*FakeRunner, *Syncer) {
 	t.Helper()
 	f := NewFakeRunner(IPv4)
-	f.SetKnownSets(owned.SetNames(IPv4 == IPv4, IPv4 == IPv6)...)
+	f.SetKnownSets(owned.SetNames(true, false)...)
 	s := mustSyncer(t, f, DefaultConfig(IPv4))
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)

@@ -357,7 +357,7 @@ func TestSyncNeedsSets(t *testing.T) {
 	checkTables(t, f, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
 		emptyFilter, emptyMangle)
 	// One set missing is enough to refuse a table.
-	names := owned.SetNames(IPv4 == IPv4, IPv4 == IPv6)
+	names := owned.SetNames(true, false)
 	f.SetKnownSets(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == owned.SetIPVSIPs })...)
 	if changed, err := s.Sync(); !changed || err == nil || !strings.Contains(err.Error(), "set KUBE-IPVS-IPS doesn't exist") {
 		t.Fatalf("Sync = %v, %v; want nat written and filter refused", changed, err)

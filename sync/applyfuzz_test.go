@@ -62,7 +62,7 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 	}
 	for pass := 0; pass < 2; pass++ {
 		k.resetCounts()
-		res, err := e.rec.FullSync(want)
+		res, err := fullSync(e.rec, want)
 		if err != nil || res.Prune != nil {
 			t.Fatalf("full pass %d: %v, prune: %v", pass, err, res.Prune)
 		}
@@ -80,7 +80,7 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 			t.Fatalf("delete %s: %v", key, err)
 		}
 	}
-	if res, err := e.rec.FullSync(map[string]*ServiceState{}); err != nil || res.Prune != nil || len(res.Failed) > 0 {
+	if res, err := fullSync(e.rec, map[string]*ServiceState{}); err != nil || res.Prune != nil || len(res.Failed) > 0 {
 		t.Fatalf("full pass after the deletes: %v %+v", err, res)
 	}
 	assertText(t, "kernel after every Service is deleted", kernelText(k), before)

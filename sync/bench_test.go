@@ -145,7 +145,7 @@ func newBenchNode(tb testing.TB, n int) *benchNode {
 	c := newBenchCluster(n)
 	k := newBenchKernel(tb, n)
 	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
-	res, err := rec.FullSync(c.want())
+	res, err := fullSync(rec, c.want())
 	if err != nil || len(res.Failed) > 0 || res.Prune != nil {
 		tb.Fatalf("programming %d services: %v %v %v", n, err, res.Failed, res.Prune)
 	}
@@ -243,7 +243,7 @@ func BenchmarkFullSyncInitial(b *testing.B) {
 			t0 := time.Now()
 			want := c.want()
 			build += time.Since(t0)
-			res, err := rec.FullSync(want)
+			res, err := fullSync(rec, want)
 			if err != nil || len(res.Failed) > 0 || res.Prune != nil {
 				b.Fatalf("full sync: %v %v %v", err, res.Failed, res.Prune)
 			}
@@ -268,7 +268,7 @@ func BenchmarkFullSyncNoDrift(b *testing.B) {
 			t0 := time.Now()
 			want := nd.cluster.want()
 			build += time.Since(t0)
-			res, err := nd.rec.FullSync(want)
+			res, err := fullSync(nd.rec, want)
 			if err != nil || len(res.Failed) > 0 || res.Prune != nil {
 				b.Fatalf("full sync: %v %v %v", err, res.Failed, res.Prune)
 			}

@@ -42,7 +42,7 @@ add KUBE-IPVS-IPS 10.96.0.20
 `)
 	// A full pass neither adopts nor writes the conflicting objects.
 	want := map[string]*ServiceState{"team-a/a": e.want("team-a/a"), "team-b/b": e.want("team-b/b")}
-	if res, _ := e.rec.FullSync(want); !errors.Is(res.Failed["team-b/b"], ErrConflict) || res.Prune != nil {
+	if res, _ := fullSync(e.rec, want); !errors.Is(res.Failed["team-b/b"], ErrConflict) || res.Prune != nil {
 		t.Fatalf("full pass: %+v", res)
 	}
 	if got := k.ipsetEntries(); strings.Contains(got, "KUBE-EXTERNAL-IP") {

@@ -24,77 +24,121 @@ import (
 // drainState is when each draining real server started draining.
 type drainState map[ipvs.ServiceKey]map[ipvs.RealKey]time.Time
 
+// drainer retires real servers: it drains or deletes them, sweeps the
+// draining ones, and gathers the UDP flows whose conntrack entries must
+// go. It is the reconciler's only writer of real-server removals.
+type drainer struct {
+	ipvs    ipvs.Interface
+	observe func(object, verb string, err error) error
+	since   drainState
+	grace   time.Duration
+	now     func() time.Time
+	stale   []conntrack.Flow
+}
+
 // SetGracePeriod sets how long a removed TCP/SCTP real server may drain;
 // 0 deletes at once.
-func (r *Reconciler) SetGracePeriod(d time.Duration) { r.grace = d }
+func (r *Reconciler) SetGracePeriod(d time.Duration) { r.drain.grace = d }
 
 // Draining returns the number of real servers draining.
-func (r *Reconciler) Draining() int {
+func (r *Reconciler) Draining() int { return r.drain.count() }
+
+// SweepDraining deletes the draining real servers whose connections have
+// ended or whose grace period is over. It lists the real servers of each
+// virtual server with a draining backend — one kernel read per such
+// virtual server, on a timer, never on the incremental path.
+func (r *Reconciler) SweepDraining() error { return r.drain.sweep() }
+
+// TakeStaleFlows returns and forgets the UDP flows whose conntrack entries
+// should be deleted, gathered since the last call, so the caller can clear
+// them with one conntrack table walk per batch.
+func (r *Reconciler) TakeStaleFlows() []conntrack.Flow {
+	f := r.drain.stale
+	r.drain.stale = nil
+	return f
+}
+
+// ReturnStaleFlows puts back flows a failed cleanup did not clear.
+func (r *Reconciler) ReturnStaleFlows(f []conntrack.Flow) {
+	for _, x := range f {
+		r.drain.staleUDP(x)
+	}
+}
+
+func (d *drainer) count() int {
 	n := 0
-	for _, m := range r.draining {
+	for _, m := range d.since {
 		n += len(m)
 	}
 	return n
 }
 
-// retireReal takes a real server out of service: drain or delete.
-func (r *Reconciler) retireReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
-	if k.Protocol == ipvs.UDP || r.grace <= 0 {
-		if err := r.deleteReal(k, rs.RealKey); err != nil {
+// retire takes a real server out of service: drain or delete.
+func (d *drainer) retire(k ipvs.ServiceKey, rs ipvs.RealServer) error {
+	if k.Protocol == ipvs.UDP || d.grace <= 0 {
+		if err := d.deleteReal(k, rs.RealKey); err != nil {
 			return err
 		}
 		if k.Protocol == ipvs.UDP {
-			r.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port, Backend: rs.Address})
+			d.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port, Backend: rs.Address})
 		}
 		return nil
 	}
 	if rs.Weight != 0 {
 		drained := ipvs.RealServer{RealKey: rs.RealKey, Weight: 0}
-		if err := r.observe("real_server", "update", r.kernel.IPVS.UpdateRealServer(k, drained)); err != nil {
+		if err := d.observe("real_server", "update", d.ipvs.UpdateRealServer(k, drained)); err != nil {
 			if !ipvs.IsNotExist(err) {
 				return err
 			}
 			return nil // already gone
 		}
 	}
-	r.startDrain(k, rs.RealKey)
+	d.start(k, rs.RealKey)
 	return nil
 }
 
-func (r *Reconciler) startDrain(k ipvs.ServiceKey, rk ipvs.RealKey) {
-	m := r.draining[k]
+func (d *drainer) deleteReal(k ipvs.ServiceKey, rk ipvs.RealKey) error {
+	err := d.ipvs.DeleteRealServer(k, rk)
+	if ipvs.IsNotExist(err) {
+		err = nil
+	}
+	return d.observe("real_server", "delete", err)
+}
+
+func (d *drainer) start(k ipvs.ServiceKey, rk ipvs.RealKey) {
+	m := d.since[k]
 	if m == nil {
 		m = map[ipvs.RealKey]time.Time{}
-		r.draining[k] = m
+		d.since[k] = m
 	}
 	if _, ok := m[rk]; !ok {
-		m[rk] = r.now()
+		m[rk] = d.now()
 	}
 }
 
-func (r *Reconciler) isDraining(k ipvs.ServiceKey, rk ipvs.RealKey) bool {
-	_, ok := r.draining[k][rk]
+func (d *drainer) isDraining(k ipvs.ServiceKey, rk ipvs.RealKey) bool {
+	_, ok := d.since[k][rk]
 	return ok
 }
 
-func (r *Reconciler) stopDrain(k ipvs.ServiceKey, rk ipvs.RealKey) {
-	if m := r.draining[k]; m != nil {
+// stop forgets a drain: the real server was given its weight back.
+func (d *drainer) stop(k ipvs.ServiceKey, rk ipvs.RealKey) {
+	if m := d.since[k]; m != nil {
 		delete(m, rk)
 		if len(m) == 0 {
-			delete(r.draining, k)
+			delete(d.since, k)
 		}
 	}
 }
 
-// SweepDraining deletes the draining real servers whose connections have
-// ended or whose grace period is over. It lists the real servers of each
-// virtual server with a draining backend — one kernel read per such
-// virtual server, on a timer, never on the incremental path.
-func (r *Reconciler) SweepDraining() error {
+// forgetVS forgets the drains of a virtual server that was deleted.
+func (d *drainer) forgetVS(k ipvs.ServiceKey) { delete(d.since, k) }
+
+func (d *drainer) sweep() error {
 	var errs []error
-	now := r.now()
-	for k, m := range r.draining {
-		reals, err := r.kernel.IPVS.ListRealServers(k)
+	now := d.now()
+	for k, m := range d.since {
+		reals, err := d.ipvs.ListRealServers(k)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -109,17 +153,17 @@ func (r *Reconciler) SweepDraining() error {
 				delete(m, rk) // gone, or given back its weight by a service
 				continue
 			}
-			if rs.ActiveConns+rs.InactiveConns > 0 && now.Sub(since) < r.grace {
+			if rs.ActiveConns+rs.InactiveConns > 0 && now.Sub(since) < d.grace {
 				continue
 			}
-			if err := r.deleteReal(k, rk); err != nil {
+			if err := d.deleteReal(k, rk); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			delete(m, rk)
 		}
 		if len(m) == 0 {
-			delete(r.draining, k)
+			delete(d.since, k)
 		}
 	}
 	return errors.Join(errs...)
@@ -128,24 +172,8 @@ func (r *Reconciler) SweepDraining() error {
 // maxStaleFlows bounds the conntrack work remembered across failures.
 const maxStaleFlows = 10000
 
-func (r *Reconciler) staleUDP(f conntrack.Flow) {
-	if len(r.stale) < maxStaleFlows {
-		r.stale = append(r.stale, f)
-	}
-}
-
-// TakeStaleFlows returns and forgets the UDP flows whose conntrack entries
-// should be deleted, gathered since the last call, so the caller can clear
-// them with one conntrack table walk per batch.
-func (r *Reconciler) TakeStaleFlows() []conntrack.Flow {
-	f := r.stale
-	r.stale = nil
-	return f
-}
-
-// ReturnStaleFlows puts back flows a failed cleanup did not clear.
-func (r *Reconciler) ReturnStaleFlows(f []conntrack.Flow) {
-	for _, x := range f {
-		r.staleUDP(x)
+func (d *drainer) staleUDP(f conntrack.Flow) {
+	if len(d.stale) < maxStaleFlows {
+		d.stale = append(d.stale, f)
 	}
 }

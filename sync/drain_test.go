@@ -25,7 +25,7 @@ func drainingEngine(t *testing.T) (*kernel, *engine, *clock) {
 	k := newKernel(t)
 	e := newEngine(t, k)
 	c := &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	e.rec.now = c.now
+	e.rec.drain.now = c.now
 	e.rec.SetGracePeriod(30 * time.Second)
 	return k, e, c
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
+	"maps"
+	"slices"
 )
 
 const testNode = "node-a"
@@ -180,16 +182,26 @@ func (e *engine) apply(s *v1.Service, sl ...*discovery.EndpointSlice) {
 	key := s.Namespace + "/" + s.Name
 	e.services[key] = s
 	e.slices[key] = sl
-	if err := e.rec.Sync(key, e.want(key)); err != nil {
+	if err := e.syncKey(key); err != nil {
 		e.t.Fatalf("sync %s: %v", key, err)
 	}
+}
+
+// syncKey adopts key from the start-up read, when one is in use, and
+// syncs it: what the runner does with a changed service.
+func (e *engine) syncKey(key string) error {
+	want := e.want(key)
+	if err := e.rec.Adopt(key, want); err != nil {
+		return err
+	}
+	return e.rec.Sync(key, want)
 }
 
 func (e *engine) remove(key string) {
 	e.t.Helper()
 	delete(e.services, key)
 	delete(e.slices, key)
-	if err := e.rec.Sync(key, e.want(key)); err != nil {
+	if err := e.syncKey(key); err != nil {
 		e.t.Fatalf("sync %s: %v", key, err)
 	}
 }
@@ -200,7 +212,7 @@ func (e *engine) full() FullSyncResult {
 	for k := range e.services {
 		want[k] = e.want(k)
 	}
-	res, err := e.rec.FullSync(want)
+	res, err := fullSync(e.rec, want)
 	if err != nil {
 		e.t.Fatalf("full sync: %v", err)
 	}
@@ -214,5 +226,21 @@ func assertText(t testing.TB, what, got, want string) {
 	t.Helper()
 	if strings.TrimSpace(got) != strings.TrimSpace(want) {
 		t.Errorf("%s:\n--- got ---\n%s\n--- want ---\n%s", what, got, want)
+	}
+}
+
+// fullSync runs a whole pass at once over want, which must hold every
+// service the proxy knows (internal/enginetest.FullSync, which imports
+// this package, for the tests inside it).
+func fullSync(rec *Reconciler, want map[string]*ServiceState) (FullSyncResult, error) {
+	rec.BeginPass(slices.Collect(maps.Keys(want)))
+	for {
+		step := rec.StepPass(func(k string) *ServiceState { return want[k] }, func() bool { return false })
+		if step.ReadErr != nil {
+			return FullSyncResult{}, step.ReadErr
+		}
+		if step.Done {
+			return rec.FinishPass(), nil
+		}
 	}
 }

@@ -21,7 +21,7 @@ func TestPassWithoutDriftAllocatesLittle(t *testing.T) {
 	never := func() bool { return false }
 	allocs := testing.AllocsPerRun(3, func() {
 		e.rec.BeginPass(nil)
-		if _, done := e.rec.StepPass(get, never); !done {
+		if !e.rec.StepPass(get, never).Done {
 			t.Fatal("one StepPass that never stops left services undone")
 		}
 		if res := e.rec.FinishPass(); res.Prune != nil || len(res.Failed) > 0 {

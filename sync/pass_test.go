@@ -66,11 +66,11 @@ func (e *engine) keys() []string {
 // step does one service of the pass; it reports whether the pass is done.
 func (e *engine) step() bool {
 	e.t.Helper()
-	failed, done := e.rec.StepPass(e.want, func() bool { return true })
-	if len(failed) > 0 {
-		e.t.Fatalf("pass step failed: %v", failed)
+	step := e.rec.StepPass(e.want, func() bool { return true })
+	if len(step.Failed) > 0 || step.ReadErr != nil {
+		e.t.Fatalf("pass step failed: %v %v", step.Failed, step.ReadErr)
 	}
-	return done
+	return step.Done
 }
 
 func (e *engine) finishPass() {
@@ -396,8 +396,8 @@ func TestPassReadsInStepsWithChangesBetween(t *testing.T) {
 func must2[A, B any](a A, _ B) A { return a }
 
 // TestPassAbandonedWhenTheKernelCannotBeRead: a dump that fails in one of
-// the pass's read steps abandons the pass: it is reported under
-// PassReadFailed (ErrPassRead), nothing is written or pruned on half a
+// the pass's read steps abandons the pass: it is reported as the step's
+// ReadErr (ErrPassRead), nothing is written or pruned on half a
 // picture of the kernel, the records stay as they were, and the next pass
 // reads again and repairs the drift.
 func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
@@ -411,16 +411,15 @@ func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
 	k.resetCounts()
 	k.ipvs.FailTimes(1, "WalkVirtualServers", nil, syscall.ENOMEM)
 	e.rec.BeginPass(e.keys())
-	var failed map[string]error
-	for i := 0; i < e.passReads() && failed == nil; i++ {
-		var done bool
-		failed, done = e.rec.StepPass(e.want, func() bool { return true })
-		if done {
+	var step StepResult
+	for i := 0; i < e.passReads() && step.ReadErr == nil; i++ {
+		step = e.rec.StepPass(e.want, func() bool { return true })
+		if step.Done {
 			t.Fatal("a pass whose read failed reported done")
 		}
 	}
-	if err := failed[PassReadFailed]; !errors.Is(err, ErrPassRead) || len(failed) != 1 {
-		t.Fatalf("failed read reported as %v, want one error under PassReadFailed wrapping ErrPassRead", failed)
+	if !errors.Is(step.ReadErr, ErrPassRead) || len(step.Failed) != 0 {
+		t.Fatalf("failed read reported as %v %v, want a ReadErr wrapping ErrPassRead", step.ReadErr, step.Failed)
 	}
 	if e.rec.PassRunning() {
 		t.Error("the pass still runs after its read failed")

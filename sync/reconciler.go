@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -20,13 +19,23 @@ type Op struct {
 	Verb   string // "add", "update", "delete"
 }
 
-// Reconciler applies per-service desired states to the kernel and
-// remembers, per service key, exactly what the kernel accepted. Objects
-// shared by several services (an address used by two ports of one Service
-// is one object; two Services may share a set entry) are reference counted,
-// so they are created by the first user and removed with the last.
+// Reconciler applies per-service desired states to the kernel: Sync
+// diffs one service's want against its record and writes only the
+// difference. Its parts each have one job:
+//   - record: what the kernel accepted per key, with the shared objects'
+//     reference counts and each virtual server's owner (record.go);
+//   - kernelSnapshot: one read of the kernel, for adoption and the full
+//     pass's prune, kept true by the record's changes (snapshot.go);
+//   - drainer: retiring real servers, graceful termination (drain.go);
+//   - setGrower: growing the owned sets before they overflow (setgrow.go);
+//   - fullPass: reading the kernel, adopting, repairing and pruning, in
+//     steps (fullsync.go).
 //
-// The applied record only changes when the kernel accepted an op: after a
+// Adoption is a step of its own: at start-up the caller adopts each
+// service (Adopt) before its first Sync; a full pass adopts each service
+// before it syncs it. Sync itself never reads the kernel.
+//
+// The record only changes when the kernel accepted an op: after a
 // failure it still says what is really there, and the next Sync for that
 // key issues exactly the ops that remain.
 //
@@ -39,19 +48,13 @@ type Reconciler struct {
 	nodePorts []netip.Addr
 	sets      []string // the sets whose entries ipvsproxy owns
 
-	applied   map[string]*ServiceState
-	addrRefs  map[netip.Addr]int32
-	entryRefs map[owned.SetEntry]int32
-	vsOwner   map[ipvs.ServiceKey]string
-	draining  drainState
-	stale     []conntrack.Flow
-	grace     time.Duration
-	now       func() time.Time
-	setSpecs  map[string]ipset.Set     // owned sets' definitions, as grown
-	setSize   map[string]int           // entries per set, counted once each
-	pending   *kernelSnapshot          // start-up snapshot until the first full pass
-	pass      *fullPass                // the full pass in progress, if any
-	released  map[ipvs.ServiceKey]bool // held by forgotten records, for the next prune
+	rec   *record
+	drain *drainer
+	grow  *setGrower
+	// startup is the start-up read (BeginAdoption) that Adopt adopts from,
+	// until a full pass has read the kernel afresh.
+	startup *kernelSnapshot
+	pass    *fullPass // the full pass in progress, if any
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
@@ -60,40 +63,28 @@ type Reconciler struct {
 	OnOp func(op Op, err error)
 }
 
-// NewReconciler returns a Reconciler with an empty applied record. The
-// first full pass adopts whatever the kernel already holds.
+// NewReconciler returns a Reconciler with an empty record. The first
+// full pass adopts whatever the kernel already holds.
 func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
-	return &Reconciler{
-		kernel:    k,
-		exclude:   exclude,
-		sets:      ownedSets,
-		applied:   map[string]*ServiceState{},
-		addrRefs:  map[netip.Addr]int32{},
-		entryRefs: map[owned.SetEntry]int32{},
-		vsOwner:   map[ipvs.ServiceKey]string{},
-		draining:  drainState{},
-		setSize:   map[string]int{},
-		now:       time.Now,
-	}
+	r := &Reconciler{kernel: k, exclude: exclude, sets: ownedSets, rec: newRecord()}
+	r.drain = &drainer{ipvs: k.IPVS, observe: r.observe, since: drainState{}, now: time.Now}
+	r.grow = &setGrower{ipset: k.IPSet, rec: r.rec, onGrown: func(set string, maxElem uint32) {
+		if r.OnSetGrown != nil {
+			r.OnSetGrown(set, maxElem)
+		}
+	}}
+	return r
 }
 
 // Applied returns what the reconciler believes the kernel holds for key.
-func (r *Reconciler) Applied(key string) *ServiceState { return r.applied[key] }
+func (r *Reconciler) Applied(key string) *ServiceState { return r.rec.applied[key] }
 
 // Keys returns the number of service keys with applied kernel state.
-func (r *Reconciler) Keys() int { return len(r.applied) }
+func (r *Reconciler) Keys() int { return len(r.rec.applied) }
 
 // Counts returns how many virtual and real servers the applied records
 // hold. It walks every record: call it per full pass, not per change.
-func (r *Reconciler) Counts() (virtualServers, realServers int) {
-	for _, st := range r.applied {
-		virtualServers += len(st.VirtualServers)
-		for _, v := range st.VirtualServers {
-			realServers += len(v.Reals)
-		}
-	}
-	return virtualServers, realServers
-}
+func (r *Reconciler) Counts() (virtualServers, realServers int) { return r.rec.counts() }
 
 // ErrConflict marks a virtual server another service already programs.
 var ErrConflict = errors.New("virtual server is already programmed for another service")
@@ -121,7 +112,7 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Sync makes the kernel hold want for key, touching only the objects in
 // which want differs from what was applied for key before. An empty want
-// removes the key's objects. It never lists the kernel. What another key
+// removes the key's objects. It never reads the kernel. What another key
 // already programs is left out (see withoutConflicts) and reported as a
 // ConflictError, so the key is retried until it is free.
 func (r *Reconciler) Sync(key string, want *ServiceState) error {
@@ -143,7 +134,7 @@ func (r *Reconciler) withoutConflicts(key string, want *ServiceState) (*ServiceS
 	var lost []ipvs.ServiceKey
 	var errs []error
 	for _, v := range want.VirtualServers {
-		if owner, ok := r.vsOwner[v.VS.ServiceKey]; ok && owner != key {
+		if owner, taken := r.rec.ownerOther(key, v.VS.ServiceKey); taken {
 			lost = append(lost, v.VS.ServiceKey)
 			errs = append(errs, &ConflictError{VS: v.VS.ServiceKey, Owner: owner})
 		}
@@ -175,33 +166,7 @@ func (r *Reconciler) withoutConflicts(key string, want *ServiceState) (*ServiceS
 
 // apply is Sync for a want without conflicts.
 func (r *Reconciler) apply(key string, want *ServiceState) error {
-	have := r.applied[key]
-	if have == nil {
-		have = &ServiceState{}
-	}
-	if r.pending != nil {
-		if err := r.loadRealsOf(key, want, r.pending); err != nil {
-			return fmt.Errorf("read real servers: %w", err)
-		}
-		r.adoptKey(key, want, r.pending)
-		if a := r.applied[key]; a != nil {
-			have = a
-		}
-	}
-	// The snapshots in use must stay true: the start-up one until a pass
-	// has read the kernel, and the running pass's (both while the first
-	// pass is still reading).
-	if pending, pass := r.pending, r.passSnapshot(); pending != nil || pass != nil {
-		defer func() {
-			now := r.applied[key]
-			if pending != nil {
-				r.noteSynced(pending, have, now)
-			}
-			if pass != nil {
-				r.noteSynced(pass, have, now)
-			}
-		}()
-	}
+	have := r.rec.of(key)
 	if have.equal(want) {
 		return nil // the common case of a full pass with no drift: no allocation
 	}
@@ -279,210 +244,6 @@ func (r *Reconciler) apply(key string, want *ServiceState) error {
 	}
 	// A service whose removal failed keeps the entries it could not drop,
 	// in the order the merge walk produced them, which is already sorted.
-	if got.Empty() {
-		delete(r.applied, key)
-	} else {
-		r.applied[key] = got
-	}
+	r.rec.store(key, have, got)
 	return errors.Join(errs...)
-}
-
-func compareVSS(a, b VirtualServerState) int {
-	return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey)
-}
-
-func (r *Reconciler) bind(a netip.Addr) error {
-	if r.addrRefs[a] == 0 {
-		if err := r.observe("address", "add", r.kernel.Dummy.AddAddress(a)); err != nil {
-			return err
-		}
-	}
-	r.addrRefs[a]++
-	return nil
-}
-
-func (r *Reconciler) unbind(a netip.Addr) error {
-	if r.addrRefs[a] <= 1 {
-		if err := r.observe("address", "delete", r.kernel.Dummy.DeleteAddress(a)); err != nil {
-			return err
-		}
-		delete(r.addrRefs, a)
-		return nil
-	}
-	r.addrRefs[a]--
-	return nil
-}
-
-func (r *Reconciler) addEntry(e owned.SetEntry) error {
-	if r.entryRefs[e] == 0 {
-		if err := r.ensureCapacity(e.Set, r.setSize[e.Set]+1); err != nil {
-			return err
-		}
-		err := r.kernel.IPSet.AddEntry(e.Set, e.Entry)
-		if spec, ok := r.setSpecs[e.Set]; ok && errors.Is(err, ipset.ErrHashFull) {
-			// The kernel's set is smaller than we thought (made by kube-
-			// proxy or an older version, or re-created by hand): grow it
-			// past what it holds and retry.
-			if gerr := r.growSet(spec, 2*max(spec.MaxElem, ipset.DefaultMaxElem)); gerr == nil {
-				err = r.kernel.IPSet.AddEntry(e.Set, e.Entry)
-			}
-		}
-		if err := r.observe("set_entry", "add", err); err != nil {
-			return err
-		}
-		r.setSize[e.Set]++
-	}
-	r.entryRefs[e]++
-	return nil
-}
-
-func (r *Reconciler) removeEntry(e owned.SetEntry) error {
-	if r.entryRefs[e] <= 1 {
-		if err := r.observe("set_entry", "delete", r.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
-			return err
-		}
-		delete(r.entryRefs, e)
-		r.setSize[e.Set]--
-		return nil
-	}
-	r.entryRefs[e]--
-	return nil
-}
-
-// addVS creates a virtual server and its real servers. It reports whether
-// the virtual server now exists for key (it may, with only some of its real
-// servers, when an error is also returned).
-func (r *Reconciler) addVS(key string, n VirtualServerState) (VirtualServerState, bool, error) {
-	k := n.VS.ServiceKey
-	if owner, ok := r.vsOwner[k]; ok && owner != key {
-		return VirtualServerState{}, false, &ConflictError{VS: k, Owner: owner}
-	}
-	err := r.kernel.IPVS.AddVirtualServer(n.VS)
-	if ipvs.IsExist(err) {
-		// Someone (or a failed earlier attempt) left it there: make it ours.
-		err = r.kernel.IPVS.UpdateVirtualServer(n.VS)
-		r.observe("virtual_server", "update", err)
-	} else {
-		r.observe("virtual_server", "add", err)
-	}
-	if err != nil {
-		return VirtualServerState{}, false, err
-	}
-	r.vsOwner[k] = key
-	got := VirtualServerState{VS: n.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
-	var errs []error
-	for _, rs := range n.Reals {
-		if err := r.addReal(k, rs); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		got.Reals = append(got.Reals, rs)
-	}
-	return got, true, errors.Join(errs...)
-}
-
-// updateVS brings one existing virtual server from o to n: its attributes
-// in place (never delete and re-create, which would cut connections), then
-// its real servers.
-func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
-	k := n.VS.ServiceKey
-	var errs []error
-	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
-	if !o.VS.Equal(n.VS) {
-		err := r.kernel.IPVS.UpdateVirtualServer(n.VS)
-		if ipvs.IsNotExist(err) {
-			err = r.kernel.IPVS.AddVirtualServer(n.VS)
-			r.observe("virtual_server", "add", err)
-		} else {
-			r.observe("virtual_server", "update", err)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			got.VS = n.VS
-		}
-	}
-	sorted.Walk(o.Reals, n.Reals, func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) },
-		func(rs ipvs.RealServer) {
-			if err := r.retireReal(k, rs); err != nil {
-				errs = append(errs, err)
-				got.Reals = append(got.Reals, rs)
-			}
-		},
-		func(rs ipvs.RealServer) {
-			if err := r.addReal(k, rs); err != nil {
-				errs = append(errs, err)
-				return
-			}
-			got.Reals = append(got.Reals, rs)
-		},
-		func(ors, nrs ipvs.RealServer) {
-			if ors.Weight == nrs.Weight {
-				got.Reals = append(got.Reals, ors)
-				return
-			}
-			if err := r.observe("real_server", "update", r.kernel.IPVS.UpdateRealServer(k, nrs)); err != nil {
-				errs = append(errs, err)
-				got.Reals = append(got.Reals, ors)
-				return
-			}
-			r.stopDrain(k, nrs.RealKey)
-			got.Reals = append(got.Reals, nrs)
-		})
-	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
-		// Datagrams sent while the service had no backend may have left
-		// conntrack entries that would keep them from reaching the new one.
-		r.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port})
-	}
-	return got, errors.Join(errs...)
-}
-
-func (r *Reconciler) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
-	err := r.kernel.IPVS.AddRealServer(k, rs)
-	if ipvs.IsExist(err) {
-		// Typically a draining backend that came back: restore its weight.
-		r.stopDrain(k, rs.RealKey)
-		err = r.kernel.IPVS.UpdateRealServer(k, rs)
-		return r.observe("real_server", "update", err)
-	}
-	return r.observe("real_server", "add", err)
-}
-
-func (r *Reconciler) deleteReal(k ipvs.ServiceKey, rk ipvs.RealKey) error {
-	err := r.kernel.IPVS.DeleteRealServer(k, rk)
-	if ipvs.IsNotExist(err) {
-		err = nil
-	}
-	return r.observe("real_server", "delete", err)
-}
-
-func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
-	err := r.kernel.IPVS.DeleteVirtualServer(o.VS.ServiceKey)
-	if ipvs.IsNotExist(err) {
-		err = nil
-	}
-	if err := r.observe("virtual_server", "delete", err); err != nil {
-		return err
-	}
-	if r.vsOwner[o.VS.ServiceKey] == key {
-		delete(r.vsOwner, o.VS.ServiceKey)
-	}
-	delete(r.draining, o.VS.ServiceKey)
-	return nil
-}
-
-func (r *Reconciler) excluded(a netip.Addr) bool { return owned.Excluded(r.exclude, a) }
-
-// SetNodePortAddresses tells the reconciler the addresses node ports are
-// served on now (the builder's Config.NodePortAddresses): the full pass
-// prunes a TCP/UDP node-port virtual server nobody wants only on those
-// (see Ownership).
-func (r *Reconciler) SetNodePortAddresses(addrs []netip.Addr) {
-	r.nodePorts = slices.Clone(addrs)
-}
-
-// ownership is the ownership rule over snap, the node-port addresses and
-// the excluded CIDRs.
-func (r *Reconciler) ownership(snap *kernelSnapshot) owned.Ownership {
-	return owned.Ownership{Bound: snap.addrs, Entries: snap.entries, NodePorts: r.nodePorts, Exclude: r.exclude}
 }

@@ -431,7 +431,12 @@ func (r *Runner) report(key string, svc *v1.Service, problems []string) {
 func (r *Runner) syncKeys(keys []string) map[string]error {
 	failed := map[string]error{}
 	for _, k := range keys {
-		if err := r.rec.Sync(k, r.build(k)); err != nil {
+		want := r.build(k)
+		err := r.rec.Adopt(k, want)
+		if err == nil {
+			err = r.rec.Sync(k, want)
+		}
+		if err != nil {
 			failed[k] = err
 		}
 	}
@@ -452,15 +457,14 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 	if !r.rec.PassRunning() {
 		return false
 	}
-	stepFailed, done := r.rec.StepPass(r.build, func() bool { return time.Since(start) >= r.cfg.PassStep })
-	if err := stepFailed[PassReadFailed]; err != nil {
-		// The pass is abandoned; fullSyncKey (the same key) is retried
-		// with backoff.
-		klog.ErrorS(err, "Full sync could not read the kernel")
+	step := r.rec.StepPass(r.build, func() bool { return time.Since(start) >= r.cfg.PassStep })
+	if step.ReadErr != nil {
+		// The pass is abandoned; it is retried with backoff.
+		klog.ErrorS(step.ReadErr, "Full sync could not read the kernel")
+		failed[fullSyncKey] = step.ReadErr
 	}
-	for k, err := range stepFailed {
-		failed[k] = err
-	}
+	maps.Copy(failed, step.Failed)
+	done := step.Done
 	if !done {
 		if r.rec.PassRunning() { // not after a failed read, which ended it
 			r.queue.Add(passKey)

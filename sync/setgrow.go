@@ -21,12 +21,21 @@ import (
 // growTempSet is the scratch set a growth fills before the swap.
 const growTempSet = "IPVSPROXY-GROW-TMP"
 
+// setGrower grows the owned sets before they overflow (see above). It
+// reads the record for what a grown set must hold, and writes only sets.
+type setGrower struct {
+	ipset   ipset.Interface
+	specs   map[string]ipset.Set // owned sets' definitions, as grown
+	rec     *record
+	onGrown func(set string, maxElem uint32)
+}
+
 // SetSpecs tells the reconciler how its sets are defined, which enables
 // growing them. Without it a full set is an error like any other.
 func (r *Reconciler) SetSpecs(sets []ipset.Set) {
-	r.setSpecs = map[string]ipset.Set{}
+	r.grow.specs = map[string]ipset.Set{}
 	for _, s := range sets {
-		r.setSpecs[s.Name] = s
+		r.grow.specs[s.Name] = s
 	}
 }
 
@@ -54,8 +63,8 @@ func needGrowth(spec ipset.Set, n int) uint32 {
 }
 
 // ensureCapacity grows a set before adding entries that would not fit.
-func (r *Reconciler) ensureCapacity(set string, n int) error {
-	spec, ok := r.setSpecs[set]
+func (g *setGrower) ensureCapacity(set string, n int) error {
+	spec, ok := g.specs[set]
 	if !ok {
 		return nil
 	}
@@ -63,11 +72,11 @@ func (r *Reconciler) ensureCapacity(set string, n int) error {
 	if max == 0 {
 		return nil
 	}
-	return r.growSet(spec, max)
+	return g.grow(spec, max)
 }
 
-// growSet replaces set by one with maxelem max holding the same entries.
-func (r *Reconciler) growSet(spec ipset.Set, max uint32) error {
+// grow replaces set by one with maxelem max holding the same entries.
+func (g *setGrower) grow(spec ipset.Set, max uint32) error {
 	old := spec.MaxElem
 	spec.MaxElem = max
 	if spec.HashSize < max/8 {
@@ -76,59 +85,37 @@ func (r *Reconciler) growSet(spec ipset.Set, max uint32) error {
 	tmp := spec
 	tmp.Name = growTempSet
 	// A temp set left by a crash in the middle of a growth is stale.
-	if err := r.kernel.IPSet.DestroySet(growTempSet); err != nil {
+	if err := g.ipset.DestroySet(growTempSet); err != nil {
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}
-	if err := r.kernel.IPSet.EnsureSet(tmp); err != nil {
+	if err := g.ipset.EnsureSet(tmp); err != nil {
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}
 	// The new set gets every entry the kernel's set should hold: the
 	// refcounted entries of that set.
 	var errs []error
-	for e := range r.entryRefs {
+	for e := range g.rec.entryRefs {
 		if e.Set != spec.Name {
 			continue
 		}
-		if err := r.kernel.IPSet.AddEntry(growTempSet, e.Entry); err != nil {
+		if err := g.ipset.AddEntry(growTempSet, e.Entry); err != nil {
 			errs = append(errs, err)
 			break
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		_ = r.kernel.IPSet.DestroySet(growTempSet)
+		_ = g.ipset.DestroySet(growTempSet)
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}
-	if err := r.kernel.IPSet.SwapSets(growTempSet, spec.Name); err != nil {
-		_ = r.kernel.IPSet.DestroySet(growTempSet)
+	if err := g.ipset.SwapSets(growTempSet, spec.Name); err != nil {
+		_ = g.ipset.DestroySet(growTempSet)
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}
-	if err := r.kernel.IPSet.DestroySet(growTempSet); err != nil {
+	if err := g.ipset.DestroySet(growTempSet); err != nil {
 		klog.ErrorS(err, "Removing the old contents of a grown set", "set", spec.Name)
 	}
-	r.setSpecs[spec.Name] = spec
+	g.specs[spec.Name] = spec
 	klog.InfoS("Grew ipset", "set", spec.Name, "maxelem", max, "previous", old)
-	if r.OnSetGrown != nil {
-		r.OnSetGrown(spec.Name, max)
-	}
+	g.onGrown(spec.Name, max)
 	return nil
-}
-
-// sizeSets grows, before a full pass syncs anything, every set the wanted
-// states would overfill: at start-up with 100k services the sets get their
-// size once instead of doubling their way up.
-func (r *Reconciler) sizeSets(want map[string]*ServiceState) {
-	if len(r.setSpecs) == 0 {
-		return
-	}
-	counts := map[string]int{}
-	for _, st := range want {
-		for _, e := range st.Entries {
-			counts[e.Set]++ // an upper bound: shared entries count once per user
-		}
-	}
-	for set, n := range counts {
-		if err := r.ensureCapacity(set, n); err != nil {
-			klog.ErrorS(err, "Sizing ipset", "set", set, "entries", n)
-		}
-	}
 }

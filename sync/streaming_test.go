@@ -31,10 +31,10 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 		key := "ns/" + s.Name
 		restarted.services[key] = s
 		// The Service alone first (its slices are not listed yet) ...
-		must(t, restarted.rec.Sync(key, restarted.want(key)))
+		must(t, restarted.syncKey(key))
 		// ... then with its endpoints.
 		restarted.slices[key] = []*discovery.EndpointSlice{sl}
-		must(t, restarted.rec.Sync(key, restarted.want(key)))
+		must(t, restarted.syncKey(key))
 	}
 	if w := k.writes(); len(w) != 0 {
 		t.Errorf("streaming adoption over a matching kernel wrote %v", w)
