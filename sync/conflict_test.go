@@ -98,13 +98,13 @@ func TestConflictGivesOneWarning(t *testing.T) {
 	runner.informersSynced.Store(true)
 	tracker.ServiceHandler().OnAdd(svc("team-a", "a", "10.96.0.10", "80"), true)
 	ctx := context.Background()
-	runner.processBatch(ctx)
+	runner.next(ctx)
 	b := svc("team-b", "b", "10.96.0.20", "80")
 	b.Spec.ExternalIPs = []string{"10.96.0.10"}
 	tracker.ServiceHandler().OnAdd(b, true)
 	for i := 0; i < 3; i++ { // the first attempt and two retries
 		time.Sleep(2 * time.Millisecond)
-		runner.processBatch(ctx)
+		runner.next(ctx)
 	}
 	want := "b IPVSProxyConflict: virtual server tcp 10.96.0.10:80 is already programmed for another Service; nothing is written for it until that Service releases it"
 	if ev := events.list(); len(ev) != 1 || ev[0] != want {

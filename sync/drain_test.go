@@ -17,14 +17,14 @@ var (
 	podB  = ipvs.RealKey{Address: netip.MustParseAddr("10.244.1.2"), Port: 80}
 )
 
-type clock struct{ t time.Time }
+type drainClock struct{ t time.Time }
 
-func (c *clock) now() time.Time { return c.t }
+func (c *drainClock) now() time.Time { return c.t }
 
-func drainingEngine(t *testing.T) (*kernel, *engine, *clock) {
+func drainingEngine(t *testing.T) (*kernel, *engine, *drainClock) {
 	k := newKernel(t)
 	e := newEngine(t, k)
-	c := &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	c := &drainClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 	e.rec.drain.now = c.now
 	e.rec.SetGracePeriod(30 * time.Second)
 	return k, e, c

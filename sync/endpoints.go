@@ -7,6 +7,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"slices"
 )
 
 // Labels and annotations that turn on topology-aware routing.
@@ -181,7 +182,7 @@ func topologyFilter(svc *v1.Service, eps []endpoint, cfg *Config) func(endpoint)
 		}
 	}
 	if dist == v1.ServiceTrafficDistributionPreferSameNode {
-		forNode := func(e endpoint) bool { return contains(e.nodes, cfg.NodeName) }
+		forNode := func(e endpoint) bool { return slices.Contains(e.nodes, cfg.NodeName) }
 		if anyReady(eps, forNode) {
 			return forNode
 		}
@@ -189,7 +190,7 @@ func topologyFilter(svc *v1.Service, eps []endpoint, cfg *Config) func(endpoint)
 	if cfg.Zone == "" {
 		return all
 	}
-	forZone := func(e endpoint) bool { return contains(e.zones, cfg.Zone) }
+	forZone := func(e endpoint) bool { return slices.Contains(e.zones, cfg.Zone) }
 	if anyReady(eps, forZone) {
 		return forZone
 	}

@@ -30,9 +30,7 @@ func (r *Runner) noteServiceFailures(keys []string, failed map[string]error) {
 		}
 	}
 	for k, err := range failed {
-		if k != fullSyncKey {
-			r.warnSyncFailed(k, err)
-		}
+		r.warnSyncFailed(k, err)
 	}
 	r.metrics.servicesFailing(len(r.failing))
 }

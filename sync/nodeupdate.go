@@ -2,7 +2,6 @@ package sync
 
 import (
 	"net/netip"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -28,9 +27,8 @@ func (r *Runner) UpdateNode(f NodeFacts) {
 	r.nodeMu.Lock()
 	r.nodeUpdates = append(r.nodeUpdates, f)
 	r.nodeMu.Unlock()
-	now := time.Now()
-	r.lastQueued.CompareAndSwap(0, now.UnixNano())
-	r.queue.Add(nodeKey)
+	r.lastQueued.CompareAndSwap(0, r.clock.Now().UnixNano())
+	signal(r.nodeChanged)
 }
 
 // applyNodeUpdates applies the pending node updates and returns the keys

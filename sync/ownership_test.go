@@ -79,9 +79,9 @@ func TestRunnerPrunesNodePortsOnNodePortAddresses(t *testing.T) {
 	runner := NewRunner(RunnerConfig{Build: testConfig}, NewTracker(), restarted.rec)
 	runner.UpdateNode(NodeFacts{NodePortAddresses: e.cfg.NodePortAddresses})
 	runner.informersSynced.Store(true)
-	runner.queue.Add(fullSyncKey) // the first pass, once the informers have synced
+	runner.requestPass() // the first pass, once the informers have synced
 	ctx := context.Background()
-	for runner.processBatch(ctx); restarted.rec.PassRunning(); runner.processBatch(ctx) {
+	for runner.next(ctx); restarted.rec.PassRunning(); runner.next(ctx) {
 	}
 	assertText(t, "ipvsadm -Sn after the first pass", k.ipvs.String(), "-A -t 192.0.2.20:30080 -s wrr")
 }

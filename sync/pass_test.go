@@ -221,9 +221,9 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 		e.services["ns/"+s.Name], e.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
 	}
 	ctx := context.Background()
-	runner.processBatch(ctx) // the 20 services, incrementally
-	runner.queue.Add(fullSyncKey)
-	runner.processBatch(ctx) // the pass begins, and does one service
+	runner.next(ctx) // the 20 services, incrementally
+	runner.requestPass()
+	runner.next(ctx) // the pass begins, and does one service
 	if !e.rec.PassRunning() {
 		t.Fatal("no pass running after the full-sync key was taken")
 	}
@@ -231,7 +231,7 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 	s, sl := manyService(15, 4)
 	slices.OnUpdate(nil, sl)
 	e.services["ns/"+s.Name], e.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
-	runner.processBatch(ctx)
+	runner.next(ctx)
 	if !strings.Contains(k.ipvs.String(), "-r 10.131.0.15:8080") {
 		t.Fatal("the new endpoint is not in the kernel one batch after it arrived")
 	}
@@ -240,7 +240,7 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 	}
 	batches := 2
 	for e.rec.PassRunning() {
-		runner.processBatch(ctx)
+		runner.next(ctx)
 		batches++
 	}
 	if batches < 20 {
@@ -306,7 +306,7 @@ func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
 	k.resetCounts()
 	runner.UpdateNode(NodeFacts{Zone: "zone-a"})
 	ctx := context.Background()
-	runner.processBatch(ctx)
+	runner.next(ctx)
 	if restarted.rec.PassRunning() {
 		t.Fatal("a full pass began before the informers synced")
 	}
@@ -326,8 +326,8 @@ func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
 		slices.OnAdd(sl, true)
 	}
 	runner.informersSynced.Store(true)
-	runner.queue.Add(fullSyncKey)
-	for runner.processBatch(ctx); restarted.rec.PassRunning(); runner.processBatch(ctx) {
+	runner.requestPass()
+	for runner.next(ctx); restarted.rec.PassRunning(); runner.next(ctx) {
 	}
 	assertText(t, "kernel after a restart", k.text(), before)
 	if w := k.writes(); len(w) != 0 {
@@ -459,14 +459,14 @@ func TestNodeAddressChangeSyncsNodePortServices(t *testing.T) {
 	}
 	runner.informersSynced.Store(true)
 	ctx := context.Background()
-	runner.processBatch(ctx)
+	runner.next(ctx)
 	if !strings.Contains(k.ipvs.String(), "-A -t 192.168.0.2:30080") {
 		t.Fatalf("node port not programmed:\n%s", k.ipvs.String())
 	}
 	k.resetCounts()
 
 	runner.UpdateNode(NodeFacts{NodePortAddresses: addrList("192.168.1.2")})
-	runner.processBatch(ctx)
+	runner.next(ctx)
 	if e.rec.PassRunning() {
 		t.Error("a node address change began a full pass")
 	}

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -160,7 +162,11 @@ func TestRunnerFullPassRepairsDrift(t *testing.T) {
 }
 
 func TestRunnerReportsBadServiceOnce(t *testing.T) {
-	h := startRunner(t, 20*time.Millisecond)
+	// The runner's clock is a fake one: the full passes come when the
+	// test steps it, not after a sleep.
+	fc := clocktesting.NewFakeClock(time.Now())
+	h := startRunnerConfig(t, 20*time.Millisecond, func(s func() bool) func() bool { return s },
+		func(c *RunnerConfig) { c.Clock = fc })
 	bad := svc("default", "web", "10.96.0.10", "http:80", "bad:0")
 	bad.Annotations = map[string]string{AnnotationScheduler: "fastest"}
 	h.create(t, bad)
@@ -168,7 +174,13 @@ func TestRunnerReportsBadServiceOnce(t *testing.T) {
 	eventually(t, "the good service programmed despite the bad one", func() bool {
 		return strings.Contains(h.k.ipvs.String(), "10.96.0.11:80") && strings.Contains(h.k.ipvs.String(), "10.96.0.10:80")
 	})
-	time.Sleep(150 * time.Millisecond) // several full passes rebuild the bad service
+	full := func() float64 { return testutil.ToFloat64(h.runner.metrics.Syncs.WithLabelValues("full")) }
+	for passes := 1.0; passes <= 5; passes++ { // several full passes rebuild the bad service
+		eventually(t, "a full pass", func() bool {
+			fc.Step(20 * time.Millisecond) // the informers' check, then the pass period
+			return full() >= passes
+		})
+	}
 	ev := h.events.list()
 	if len(ev) != 1 {
 		t.Fatalf("want one deduplicated Warning, got %d: %q", len(ev), ev)

@@ -27,11 +27,11 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	tracker.ServiceHandler().OnAdd(s, true)
 	ctx := context.Background()
 
-	runner.processBatch(ctx) // refused by the kernel: learnt, and retried
+	runner.next(ctx) // refused by the kernel: learnt, and retried
 	if got := k.ipvs.String(); got != "" {
 		t.Fatalf("the first attempt should have failed, got %q", got)
 	}
-	runner.processBatch(ctx) // the retry, 1 ms later
+	runner.next(ctx) // the retry, 1 ms later
 	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s rr")
 	want := `web IPVSProxyInvalidService: annotation ipvsproxy.io/scheduler: scheduler "nq" is not available in this kernel (load the ip_vs_nq module); using "rr"`
 	if ev := events.list(); len(ev) != 1 || ev[0] != want {
@@ -42,8 +42,8 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	k.ipvs.UnloadScheduler("nq", true)
 	loaded = true
 	k.resetCounts()
-	runner.queue.Add(fullSyncKey)
-	for runner.processBatch(ctx); e.rec.PassRunning(); runner.processBatch(ctx) {
+	runner.requestPass()
+	for runner.next(ctx); e.rec.PassRunning(); runner.next(ctx) {
 	}
 	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s nq")
 	if w := k.writes(); w["UpdateVirtualServer"] != 1 || w["DeleteVirtualServer"] != 0 {

@@ -1,0 +1,319 @@
+package sync
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// processBatch syncs the batch's changed services and the services its
+// node updates affect, sweeps draining servers when due, then begins a
+// full pass if one is wanted and does one step of the running pass (see
+// fullPass): a change queued while a pass runs waits for at most one
+// step.
+func (r *Runner) processBatch(ctx context.Context, b batch) {
+	if b.drain {
+		r.sweep()
+	}
+	// The services a node update affects are synced in this batch too,
+	// but they were not taken from the queue: the queue is told nothing
+	// of them unless they fail (then they are queued with backoff).
+	var affected []string
+	if b.node {
+		affected = notIn(r.applyNodeUpdates(), b.keys)
+	}
+	// Only Run's own ticker asks for passes, after the informers have
+	// synced; a pass before would take every service not delivered yet for
+	// deleted and prune it from the kernel.
+	passWanted := b.pass && r.informersSynced.Load()
+	keys := b.keys
+	if len(keys) == 0 && len(affected) == 0 && !passWanted && !r.rec.PassRunning() {
+		return
+	}
+	queuedAt := r.lastQueued.Swap(0)
+	start := r.clock.Now()
+	failed := r.syncKeys(keys)
+	maps.Copy(failed, r.syncKeys(affected))
+	passFinished, nodeErr := r.stepFullPass(passWanted, start, failed)
+	r.learnMissingSchedulers(failed)
+	r.reportConflicts(failed)
+	r.clearStaleFlows()
+	end := r.clock.Now()
+	r.requeueFailed(keys, failed)
+	// The node is syncing when the batch ran to its end: a Service the
+	// kernel refuses is that Service's problem (retried with backoff,
+	// a Warning Event, ipvsproxy_services_sync_failing), not the node's, or
+	// one tenant's bad Service would fail every node's probes and take
+	// every node out of its load balancers (kube-proxy's semantics too).
+	// Only node-wide failures — the node set-up, the full pass's kernel
+	// read or its prune — keep the oldest change pending, and the pass is
+	// tried again with backoff.
+	nodeOK := nodeErr == nil
+	failures := len(failed)
+	if nodeOK {
+		r.lastSynced.Store(end.UnixNano())
+	} else {
+		failures++
+		r.clock.AfterFunc(r.passBackoff.When(""), r.requestPass)
+		if queuedAt != 0 {
+			r.lastQueued.CompareAndSwap(0, queuedAt)
+		}
+	}
+	r.noteServiceFailures(append(keys, affected...), failed)
+	r.metrics.synced(passFinished, start, end, queuedAt, failures, nodeOK, r.queue.Len())
+	if len(keys) == 0 {
+		return // a step of a pass: nothing to coalesce
+	}
+	if d := r.cfg.MinSyncPeriod - end.Sub(start); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-r.clock.After(d):
+		}
+	}
+}
+
+// requeueFailed hands the batch's keys back to the queue, and queues with
+// backoff the keys that failed in the full pass's step.
+func (r *Runner) requeueFailed(keys []string, failed map[string]error) {
+	for _, k := range keys {
+		r.done(k, failed[k])
+	}
+	for k, err := range failed {
+		if !slices.Contains(keys, k) { // found by the pass
+			klog.ErrorS(err, "Sync failed; will retry", "service", k)
+			r.retryLater(k)
+		}
+	}
+}
+
+// done tells the queue a key taken from it has been handled: its backoff
+// forgotten when err is nil, queued again with backoff otherwise.
+func (r *Runner) done(k string, err error) {
+	if err != nil {
+		klog.ErrorS(err, "Sync failed; will retry", "service", k)
+		r.retryLater(k)
+	} else {
+		r.retry.Forget(k)
+	}
+	r.queue.Done(k)
+}
+
+// retryLater queues k again after its backoff.
+func (r *Runner) retryLater(k string) {
+	r.clock.AfterFunc(r.retry.When(k), func() { r.enqueue(k) })
+}
+
+// notIn returns the keys of more that keys does not hold.
+func notIn(more, keys []string) []string {
+	have := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		have[k] = true
+	}
+	var out []string
+	for _, k := range more {
+		if !have[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (r *Runner) sweep() {
+	if r.rec.Draining() == 0 {
+		return
+	}
+	if err := r.rec.SweepDraining(); err != nil {
+		klog.ErrorS(err, "Removing drained real servers")
+	}
+	r.metrics.draining(r.rec.Draining())
+}
+
+// clearStaleFlows deletes the conntrack entries of UDP flows whose backend
+// went away in this batch: one conntrack walk per batch, never per change.
+func (r *Runner) clearStaleFlows() {
+	flows := r.rec.TakeStaleFlows()
+	if len(flows) == 0 || r.cfg.Conntrack == nil {
+		return
+	}
+	n, err := r.cfg.Conntrack.DeleteUDP(flows)
+	if err != nil {
+		klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
+		r.rec.ReturnStaleFlows(flows)
+		return
+	}
+	r.metrics.ConntrackDeleted.Add(float64(n))
+	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
+}
+
+type noLocal struct{ internal, external bool }
+
+// build computes one service's desired state, reports its problems, and
+// passes on what the health checks and metrics need.
+func (r *Runner) build(key string) *ServiceState {
+	svc, slices := r.tracker.Get(key)
+	b := Build(svc, slices, &r.cfg.Build)
+	r.report(key, svc, b.Problems)
+	if r.cfg.HealthChecks != nil {
+		if err := r.cfg.HealthChecks.Update(key, b.HealthCheckNodePort, b.LocalEndpoints); err != nil {
+			klog.ErrorS(err, "Health check server", "service", key)
+		}
+	}
+	nl := noLocal{b.NoLocalInternal, b.NoLocalExternal}
+	if nl != r.noLocal[key] {
+		if nl == (noLocal{}) {
+			delete(r.noLocal, key)
+		} else {
+			r.noLocal[key] = nl
+		}
+		r.metrics.noLocalEndpoints(r.noLocal)
+	}
+	return &b.State
+}
+
+// report emits one Warning Event per distinct set of problems of a
+// service, so a bad Service is told once, not on every sync.
+func (r *Runner) report(key string, svc *v1.Service, problems []string) {
+	msg := strings.Join(problems, "; ")
+	prev, _ := r.reported.Load(key)
+	if prev == msg || (prev == nil && msg == "") {
+		return
+	}
+	if msg == "" || svc == nil {
+		r.reported.Delete(key)
+		return
+	}
+	r.reported.Store(key, msg)
+	klog.InfoS("Service has problems; skipping what is wrong", "service", key, "problems", msg)
+	if r.cfg.Events != nil {
+		r.cfg.Events.Warning(svc, "IPVSProxyInvalidService", msg)
+	}
+}
+
+func (r *Runner) syncKeys(keys []string) map[string]error {
+	failed := map[string]error{}
+	for _, k := range keys {
+		want := r.build(k)
+		err := r.rec.Adopt(k, want)
+		if err == nil {
+			err = r.rec.Sync(k, want)
+		}
+		if err != nil {
+			failed[k] = err
+		}
+	}
+	return failed
+}
+
+// stepFullPass begins a full pass when one is wanted and none runs, and
+// does one step of the running pass, PassStep long. The services that
+// failed are added to failed; it reports whether the pass finished, and
+// a node-wide failure (the node set-up, the kernel read, the prune).
+func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]error) (bool, error) {
+	if wanted && !r.rec.PassRunning() {
+		if err := r.beginFullPass(); err != nil {
+			return false, err
+		}
+	}
+	if !r.rec.PassRunning() {
+		return false, nil
+	}
+	step := r.rec.StepPass(r.build, func() bool { return r.clock.Since(start) >= r.cfg.PassStep })
+	maps.Copy(failed, step.Failed)
+	if step.ReadErr != nil {
+		// The pass is abandoned; it is tried again with backoff.
+		klog.ErrorS(step.ReadErr, "Full sync could not read the kernel")
+		return false, step.ReadErr
+	}
+	if !step.Done {
+		return false, nil // the next wake-up continues it
+	}
+	res := r.rec.FinishPass()
+	if res.Prune != nil {
+		klog.ErrorS(res.Prune, "Full sync could not remove some stale objects")
+	} else {
+		r.passBackoff.Forget("")
+	}
+	took := r.clock.Since(r.passStart)
+	r.fullDone.Store(true)
+	r.metrics.fullPass(took)
+	r.metrics.services(r.rec.Keys())
+	if r.cfg.OnFullSync != nil {
+		r.cfg.OnFullSync(r.rec.Counts())
+	}
+	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
+		"failed", len(res.Failed), "duration", took)
+	return true, res.Prune
+}
+
+// learnMissingSchedulers notes the schedulers the kernel refused in this
+// batch. The services that asked for one are retried (they failed), and
+// their retry builds them with the default scheduler and a Warning Event,
+// as for an unknown scheduler name.
+func (r *Runner) learnMissingSchedulers(failed map[string]error) {
+	for _, err := range failed {
+		name, ok := ipvs.MissingScheduler(err)
+		if !ok || name == r.cfg.Build.Scheduler || r.cfg.Build.MissingSchedulers[name] {
+			continue // the default was checked at start; nothing to fall back to
+		}
+		if r.cfg.Build.MissingSchedulers == nil {
+			r.cfg.Build.MissingSchedulers = map[string]bool{}
+		}
+		r.cfg.Build.MissingSchedulers[name] = true
+		klog.InfoS("IPVS scheduler not available in this kernel; services asking for it use the default",
+			"scheduler", name, "default", r.cfg.Build.Scheduler)
+	}
+}
+
+// forgetLoadedSchedulers takes back the schedulers whose module has been
+// loaded since the kernel refused them; the pass that follows rebuilds
+// every service with them.
+func (r *Runner) forgetLoadedSchedulers() {
+	if r.cfg.SchedulerLoaded == nil {
+		return
+	}
+	for name := range r.cfg.Build.MissingSchedulers {
+		if r.cfg.SchedulerLoaded(name) {
+			delete(r.cfg.Build.MissingSchedulers, name)
+			klog.InfoS("IPVS scheduler loaded; services asking for it get it", "scheduler", name)
+		}
+	}
+}
+
+func (r *Runner) beginFullPass() error {
+	start := r.clock.Now() // the pass's time includes the node set-up and the kernel read
+	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
+	r.forgetLoadedSchedulers()
+	if r.cfg.Prepare != nil {
+		if err := r.cfg.Prepare(); err != nil {
+			klog.ErrorS(err, "Preparing node-wide objects failed")
+			return err
+		}
+	}
+	r.rec.BeginPass(r.tracker.Keys())
+	r.passStart = start
+	return nil
+}
+
+// Pending returns when the oldest change not yet synced was queued (zero
+// when nothing is pending), and when the last batch without a node-wide
+// failure ended (services that failed in it do not count: see
+// processBatch). /healthz is built on these.
+func (r *Runner) Pending() (queued, synced time.Time) {
+	if q := r.lastQueued.Load(); q != 0 {
+		queued = time.Unix(0, q)
+	}
+	if s := r.lastSynced.Load(); s != 0 {
+		synced = time.Unix(0, s)
+	}
+	return queued, synced
+}
+
+// Ready reports whether the first full pass has adopted the kernel state.
+func (r *Runner) Ready() bool { return r.fullDone.Load() }
