@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
+	"github.com/ipvsproxy/ipvsproxy/internal/fakenode"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -40,16 +41,10 @@ func must(t testing.TB, err error) {
 }
 
 type node struct {
-	ipvs   *ipvs.Fake
-	dummy  *dummyif.Fake
-	ipset  *ipset.Fake
+	*fakenode.Node
 	ipt    *iptables.FakeRunner
 	rules  *iptables.Syncer
 	before string // iptables-save before ipvsproxy ran
-}
-
-func (n *node) kernel() owned.Kernel {
-	return owned.Kernel{IPVS: n.ipvs, Dummy: n.dummy, IPSet: n.ipset}
 }
 
 // nodePorts are the addresses the programmed node serves node ports on.
@@ -57,30 +52,25 @@ var nodePorts = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
 
 // config is what `ipvsproxy cleanup` runs with on the programmed node.
 func (n *node) config(exclude ...netip.Prefix) Config {
-	return Config{Kernel: n.kernel(), Sets: owned.Sets(true, true), Rules: []RuleCleaner{n.rules}, Exclude: exclude, NodePorts: nodePorts}
+	return Config{Kernel: n.Kernel(), Sets: owned.Sets(true, true), Rules: []RuleCleaner{n.rules}, Exclude: exclude, NodePorts: nodePorts}
 }
 
 // programmedNode is a node where other software made a VS, a set and
 // rules, and then ipvsproxy ran as it does: link, sets, rules, services.
 func programmedNode(t *testing.T) *node {
-	n := &node{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake(), ipt: iptables.NewFakeRunner(iptables.IPv4)}
+	n := &node{Node: fakenode.New(t, true, false), ipt: iptables.NewFakeRunner(iptables.IPv4)}
 	foreignVS := ipvs.ServiceKey{Address: netip.MustParseAddr("192.0.2.10"), Protocol: ipvs.TCP, Port: 80}
-	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreignVS, Scheduler: "rr"}))
-	must(t, n.ipvs.AddRealServer(foreignVS, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.0.0.1"), Port: 80}, Weight: 1}))
-	must(t, n.ipset.EnsureSet(ipset.Set{Name: "MY-SET", Type: ipset.HashIP, Family: ipset.Inet}))
-	must(t, n.ipset.AddEntry("MY-SET", ipset.Entry{IP: netip.MustParseAddr("192.0.2.1")}))
+	must(t, n.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreignVS, Scheduler: "rr"}))
+	must(t, n.IPVS.AddRealServer(foreignVS, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.0.0.1"), Port: 80}, Weight: 1}))
+	must(t, n.IPSet.EnsureSet(ipset.Set{Name: "MY-SET", Type: ipset.HashIP, Family: ipset.Inet}))
+	must(t, n.IPSet.AddEntry("MY-SET", ipset.Entry{IP: netip.MustParseAddr("192.0.2.1")}))
 	must(t, n.ipt.Apply(foreignRules))
 	n.before = n.ipt.String()
 
 	var err error
 	n.rules, err = iptables.NewSyncer(n.ipt, iptables.DefaultConfig(iptables.IPv4))
 	must(t, err)
-	must(t, n.dummy.EnsureLink())
-	var names []string
-	for _, s := range owned.Sets(true, false) {
-		must(t, n.ipset.EnsureSet(s))
-		names = append(names, s.Name)
-	}
+	names := owned.SetNames(true, false)
 	_, err = n.rules.Sync()
 	must(t, err)
 	cfg := sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: nodePorts}
@@ -89,13 +79,13 @@ func programmedNode(t *testing.T) *node {
 			ExternalIPs: []string{"198.51.100.1"},
 			Ports:       []v1.ServicePort{{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}}}
 	b := sync.Build(svc, nil, &cfg)
-	res, err := enginetest.FullSync(sync.NewReconciler(n.kernel(), names, nil), map[string]*sync.ServiceState{"default/web": &b.State})
+	res, err := enginetest.FullSync(sync.NewReconciler(n.Kernel(), names, nil), map[string]*sync.ServiceState{"default/web": &b.State})
 	must(t, err)
 	if len(res.Failed) > 0 {
 		t.Fatal(res.Failed)
 	}
-	if got := strings.Count(n.ipvs.String(), "-A "); got != 4 { // ClusterIP, external IP, node port, foreign
-		t.Fatalf("set-up: %d virtual servers:\n%s", got, n.ipvs)
+	if got := strings.Count(n.IPVS.String(), "-A "); got != 4 { // ClusterIP, external IP, node port, foreign
+		t.Fatalf("set-up: %d virtual servers:\n%s", got, n.IPVS)
 	}
 	return n
 }
@@ -108,16 +98,16 @@ func TestCleanupRemovesOnlyWhatIsOwned(t *testing.T) {
 	if res != (Result{VirtualServers: 3, Addresses: 2, Sets: 17, Link: true}) {
 		t.Errorf("result = %+v", res)
 	}
-	if got, want := n.ipvs.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
+	if got, want := n.IPVS.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
 		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
 	}
-	if got, want := n.ipset.String(), "create MY-SET hash:ip family inet hashsize 1024 maxelem 65536\nadd MY-SET 192.0.2.1\n"; got != want {
+	if got, want := n.IPSet.String(), "create MY-SET hash:ip family inet hashsize 1024 maxelem 65536\nadd MY-SET 192.0.2.1\n"; got != want {
 		t.Errorf("ipset save after cleanup:\n%s\nwant:\n%s", got, want)
 	}
 	if got := n.ipt.String(); got != n.before {
 		t.Errorf("iptables-save after cleanup:\n%s\nwant what was there before ipvsproxy:\n%s", got, n.before)
 	}
-	if got := n.dummy.String(); got != "Device \"kube-ipvs0\" does not exist.\n" {
+	if got := n.Dummy.String(); got != "Device \"kube-ipvs0\" does not exist.\n" {
 		t.Errorf("ip addr: %s", got)
 	}
 
@@ -133,12 +123,12 @@ func TestCleanupRemovesOnlyWhatIsOwned(t *testing.T) {
 // address on kube-ipvs0.
 func TestCleanupKeepsExcluded(t *testing.T) {
 	n := programmedNode(t)
-	must(t, n.dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
+	must(t, n.Dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
 	kept := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.100.5"), Protocol: ipvs.TCP, Port: 80}
-	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: kept, Scheduler: "rr"}))
+	must(t, n.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: kept, Scheduler: "rr"}))
 	_, err := Run(n.config(netip.MustParsePrefix("10.96.100.0/24")))
 	must(t, err)
-	if got, want := n.ipvs.String(), "-A -t 10.96.100.5:80 -s rr\n-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
+	if got, want := n.IPVS.String(), "-A -t 10.96.100.5:80 -s rr\n-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n"; got != want {
 		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -147,22 +137,17 @@ func TestCleanupKeepsExcluded(t *testing.T) {
 // When one step fails, the later steps still run and the error says why.
 func TestCleanupFailures(t *testing.T) {
 	n := programmedNode(t)
-	vsBefore, setsBefore := n.ipvs.String(), n.ipset.String()
-	n.dummy.InjectError(func(c dummyif.Call) error {
-		if c.Verb == dummyif.VerbListAddresses {
-			return errors.New("netlink: boom")
-		}
-		return nil
-	})
+	vsBefore, setsBefore := n.IPVS.String(), n.IPSet.String()
+	undo := n.Dummy.FailOn(dummyif.VerbListAddresses, nil, errors.New("netlink: boom"))
 	c := n.config()
 	if _, err := Run(c); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("err = %v", err)
 	}
-	if n.ipvs.String() != vsBefore || n.ipset.String() != setsBefore || n.ipt.String() == n.before {
+	if n.IPVS.String() != vsBefore || n.IPSet.String() != setsBefore || n.ipt.String() == n.before {
 		t.Error("a failed read removed something")
 	}
 
-	n.dummy.InjectError(nil)
+	undo()
 	n.ipt.InjectRestoreError(func([]byte) error { return errors.New("xtables lock") })
 	res, err := Run(c)
 	if err == nil || !strings.Contains(err.Error(), "xtables lock") {
@@ -179,10 +164,10 @@ func TestCleanupFailures(t *testing.T) {
 func TestCleanupKeepsForeignVSOnNodePortNumber(t *testing.T) {
 	n := programmedNode(t)
 	foreign := ipvs.ServiceKey{Address: netip.MustParseAddr("192.0.2.20"), Protocol: ipvs.TCP, Port: 30080}
-	must(t, n.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreign, Scheduler: "wrr"}))
+	must(t, n.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: foreign, Scheduler: "wrr"}))
 	res, err := Run(n.config())
 	must(t, err)
-	if got, want := n.ipvs.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n-A -t 192.0.2.20:30080 -s wrr\n"; got != want {
+	if got, want := n.IPVS.String(), "-A -t 192.0.2.10:80 -s rr\n-a -t 192.0.2.10:80 -r 10.0.0.1:80 -m -w 1\n-A -t 192.0.2.20:30080 -s wrr\n"; got != want {
 		t.Errorf("ipvsadm -Sn after cleanup:\n%s\nwant:\n%s", got, want)
 	}
 	if res.VirtualServers != 3 {
@@ -195,11 +180,11 @@ func TestCleanupKeepsForeignVSOnNodePortNumber(t *testing.T) {
 // (issue #16, item 6).
 func TestCleanupKeepsExcludedAddressAndLink(t *testing.T) {
 	n := programmedNode(t)
-	must(t, n.dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
+	must(t, n.Dummy.AddAddress(netip.MustParseAddr("10.96.100.5")))
 	res, err := Run(n.config(netip.MustParsePrefix("10.96.100.0/24")))
 	must(t, err)
-	if got := n.dummy.Addresses(); len(got) != 1 || got[0] != netip.MustParseAddr("10.96.100.5") {
-		t.Errorf("kube-ipvs0 addresses after cleanup: %v, want only the excluded 10.96.100.5\n%s", got, n.dummy)
+	if got := n.Dummy.Addresses(); len(got) != 1 || got[0] != netip.MustParseAddr("10.96.100.5") {
+		t.Errorf("kube-ipvs0 addresses after cleanup: %v, want only the excluded 10.96.100.5\n%s", got, n.Dummy)
 	}
 	if res.Link {
 		t.Error("cleanup reports the link deleted though a foreign address is on it")

@@ -46,7 +46,7 @@ func UDPEntry(client, vip, backend netip.AddrPort) Entry {
 	}
 }
 
-// Call describes one Fake call for error injection: VerbDeleteUDP with
+// Call describes one Fake call, for its Faults: VerbDeleteUDP with
 // Flows, or VerbDelete with the Entry about to be deleted.
 type Call struct {
 	Verb  string
@@ -62,13 +62,21 @@ type Fake struct {
 	entries []Entry
 	deleted []Entry
 	calls.Counter
-	inject func(Call) error
+	// Faults fails chosen calls (FailOn, FailTimes) and records them
+	// (Record). A fault on VerbDeleteUDP fails the call with nothing
+	// deleted; on VerbDelete that entry stays and the call goes on with
+	// the others, then reports the failure, as Netlink does.
+	calls.Faults[Call]
 }
 
 var _ Cleaner = (*Fake)(nil)
 
 // NewFake returns a Fake with an empty table.
-func NewFake() *Fake { return &Fake{} }
+func NewFake() *Fake {
+	f := &Fake{}
+	f.Verbs(VerbDeleteUDP, VerbDelete)
+	return f
+}
 
 // SetEntries replaces the table.
 func (f *Fake) SetEntries(entries ...Entry) {
@@ -91,26 +99,13 @@ func (f *Fake) Deleted() []Entry {
 	return slices.Clone(f.deleted)
 }
 
-// InjectError installs fn, consulted (after counting) at the start of each
-// DeleteUDP call and before each single-entry delete. A non-nil result for
-// VerbDeleteUDP fails the call with nothing deleted; for VerbDelete that
-// entry stays and the call goes on with the others, then reports the
-// failure, as Netlink does. nil removes the hook.
-func (f *Fake) InjectError(fn func(Call) error) {
-	f.mu.Lock()
-	f.inject = fn
-	f.mu.Unlock()
-}
-
 // DeleteUDP implements Cleaner.
 func (f *Fake) DeleteUDP(flows []Flow) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Inc(VerbDeleteUDP)
-	if f.inject != nil {
-		if err := f.inject(Call{Verb: VerbDeleteUDP, Flows: slices.Clone(flows)}); err != nil {
-			return 0, err
-		}
+	if err := f.Check(VerbDeleteUDP, Call{Verb: VerbDeleteUDP, Flows: slices.Clone(flows)}); err != nil {
+		return 0, err
 	}
 	m, err := newMatcher(flows)
 	if err != nil || m.families == 0 {
@@ -126,15 +121,13 @@ func (f *Fake) DeleteUDP(flows []Flow) (int, error) {
 			continue
 		}
 		f.Inc(VerbDelete)
-		if f.inject != nil {
-			if err := f.inject(Call{Verb: VerbDelete, Entry: e}); err != nil {
-				failed++
-				if first == nil {
-					first = fmt.Errorf("delete conntrack entry %s: %w", e.OrigDst, err)
-				}
-				kept = append(kept, e)
-				continue
+		if err := f.Check(VerbDelete, Call{Verb: VerbDelete, Entry: e}); err != nil {
+			failed++
+			if first == nil {
+				first = fmt.Errorf("delete conntrack entry %s: %w", e.OrigDst, err)
 			}
+			kept = append(kept, e)
+			continue
 		}
 		deleted++
 		f.deleted = append(f.deleted, e)

@@ -104,16 +104,11 @@ func TestDeleteUDPRejectsBadFlows(t *testing.T) {
 	}
 }
 
-func TestFakeInjectError(t *testing.T) {
+func TestFakeFailOn(t *testing.T) {
 	f := NewFake()
 	f.SetEntries(table()...)
 	boom := errors.New("boom")
-	f.InjectError(func(c Call) error {
-		if c.Verb == VerbDeleteUDP {
-			return boom
-		}
-		return nil
-	})
+	undo := f.FailOn(VerbDeleteUDP, nil, boom)
 	if n, err := f.DeleteUDP([]Flow{{Destination: dns.Addr(), Port: 53}}); !errors.Is(err, boom) || n != 0 {
 		t.Fatalf("DeleteUDP = %d, %v; want 0, boom", n, err)
 	}
@@ -122,12 +117,8 @@ func TestFakeInjectError(t *testing.T) {
 	}
 
 	// A single entry's delete failing leaves it and deletes the rest.
-	f.InjectError(func(c Call) error {
-		if c.Verb == VerbDelete && c.Entry.ReplySrc == podB {
-			return boom
-		}
-		return nil
-	})
+	undo()
+	undo = f.FailOn(VerbDelete, func(c Call) bool { return c.Entry.ReplySrc == podB }, boom)
 	n, err := f.DeleteUDP([]Flow{{Destination: dns.Addr(), Port: 53}})
 	if !errors.Is(err, boom) || n != 1 {
 		t.Fatalf("DeleteUDP = %d, %v; want 1 and boom", n, err)
@@ -143,7 +134,7 @@ func TestFakeInjectError(t *testing.T) {
 	if len(f.Counts()) != 0 {
 		t.Fatal("ResetCounts left counts")
 	}
-	f.InjectError(nil)
+	undo()
 	if n, err := f.DeleteUDP([]Flow{{Destination: dns.Addr(), Port: 53}}); err != nil || n != 1 {
 		t.Fatalf("after removing the hook: %d, %v", n, err)
 	}

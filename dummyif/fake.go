@@ -23,7 +23,7 @@ const (
 	VerbLocalAddresses = "LocalAddresses"
 )
 
-// Call describes one Fake method call, for error injection. Addr is set
+// Call describes one Fake method call, for its Faults. Addr is set
 // for AddAddress and DeleteAddress only.
 type Call struct {
 	Verb string
@@ -41,7 +41,10 @@ type Fake struct {
 	addrs  map[netip.Addr]struct{}
 	local  []netip.Addr
 	calls.Counter
-	inject     func(Call) error
+	// Faults fails chosen calls (FailOn, FailTimes): the call returns the
+	// error and changes nothing, like a kernel that refused the request;
+	// Record sees every call.
+	calls.Faults[Call]
 	interrupts int // how many of the next walks are interrupted once
 }
 
@@ -53,21 +56,13 @@ func NewFake(linkName string) *Fake {
 	if linkName == "" {
 		linkName = DefaultLinkName
 	}
-	return &Fake{
+	f := &Fake{
 		name:  linkName,
 		index: 2,
 		addrs: map[netip.Addr]struct{}{},
 	}
-}
-
-// InjectError installs fn, called at the start of every method with the
-// call's verb and address (after the call is counted). A non-nil result is
-// returned to the caller and the call changes nothing, like a kernel that
-// refused the request. nil removes the hook.
-func (f *Fake) InjectError(fn func(Call) error) {
-	f.mu.Lock()
-	f.inject = fn
-	f.mu.Unlock()
+	f.Verbs(VerbEnsureLink, VerbDeleteLink, VerbListAddresses, VerbWalkAddresses, VerbAddAddress, VerbDeleteAddress, VerbLocalAddresses)
+	return f
 }
 
 // SetLocalAddresses sets what LocalAddresses reports: the addresses on the
@@ -92,13 +87,10 @@ func (f *Fake) Addresses() []netip.Addr {
 	return f.sortedLocked()
 }
 
-// begin counts the call and runs the injection hook; f.mu must be held.
+// begin counts the call and consults the faults; f.mu must be held.
 func (f *Fake) begin(verb string, addr netip.Addr) error {
 	f.Inc(verb)
-	if f.inject != nil {
-		return f.inject(Call{Verb: verb, Addr: addr})
-	}
-	return nil
+	return f.Check(verb, Call{Verb: verb, Addr: addr})
 }
 
 // EnsureLink implements Interface.

@@ -89,17 +89,14 @@ func TestFakeCounts(t *testing.T) {
 	}
 }
 
-func TestFakeInjectErrorChangesNothing(t *testing.T) {
+func TestFakeFailOnChangesNothing(t *testing.T) {
 	f := NewFake("")
 	mustNil(t, f.EnsureLink())
 	mustNil(t, f.AddAddress(vip4))
 	boom := errors.New("boom")
-	f.InjectError(func(c Call) error {
-		if c.Addr == vip4 || c.Addr == vip6 || c.Verb == VerbDeleteLink || c.Verb == VerbListAddresses {
-			return boom
-		}
-		return nil
-	})
+	undo := f.FailOn("", func(c Call) bool {
+		return c.Addr == vip4 || c.Addr == vip6 || c.Verb == VerbDeleteLink || c.Verb == VerbListAddresses
+	}, boom)
 	before := f.String()
 	if err := f.AddAddress(vip6); !errors.Is(err, boom) {
 		t.Fatalf("AddAddress err = %v, want boom", err)
@@ -120,7 +117,7 @@ func TestFakeInjectErrorChangesNothing(t *testing.T) {
 	if got := f.Count(VerbAddAddress); got != 3 {
 		t.Fatalf("Count(AddAddress) = %d, want 3 (failed calls count)", got)
 	}
-	f.InjectError(nil)
+	undo()
 	mustNil(t, f.AddAddress(vip6))
 }
 

@@ -45,16 +45,11 @@ func TestFakeWalkAddresses(t *testing.T) {
 
 	// Injected failures reach the walk.
 	boom := errors.New("boom")
-	f.InjectError(func(c Call) error {
-		if c.Verb == VerbWalkAddresses {
-			return boom
-		}
-		return nil
-	})
+	undo := f.FailOn(VerbWalkAddresses, nil, boom)
 	if err := f.WalkAddresses(nil, never); !errors.Is(err, boom) {
 		t.Errorf("injected walk failure: %v", err)
 	}
-	f.InjectError(nil)
+	undo()
 
 	// An interrupted walk hands over the ghost, resets and starts again;
 	// without a reset it fails with ErrDumpInterrupted.

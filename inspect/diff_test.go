@@ -28,19 +28,19 @@ func TestDiffPrintsEveryDifference(t *testing.T) {
 	// server, one draining, one extra; a stale address, VS and set entry;
 	// a foreign VS and set that are none of our business.
 	web := vsKey("10.96.0.10", ipvs.TCP, 80)
-	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: web, Scheduler: "wrr"}))
+	must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: web, Scheduler: "wrr"}))
 	for _, rs := range []ipvs.RealServer{real("10.244.1.5", 8080, 1), real("10.244.1.7", 8080, 0), real("10.244.1.8", 8080, 1)} {
-		must(t, k.ipvs.AddRealServer(web, rs))
+		must(t, k.IPVS.AddRealServer(web, rs))
 	}
 	stale := vsKey("10.96.0.99", ipvs.UDP, 53)
-	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: stale, Scheduler: "rr"}))
-	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: vsKey("192.0.2.10", ipvs.TCP, 80), Scheduler: "rr"}))
-	must(t, k.dummy.AddAddress(addr("10.96.0.99")))
-	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
-	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.99"), Protocol: "udp", Port: 53}))
-	must(t, k.ipset.EnsureSet(ipset.Set{Name: "FOREIGN", Type: ipset.HashIP, Family: ipset.Inet}))
-	must(t, k.ipset.AddEntry("FOREIGN", ipset.Entry{IP: addr("192.0.2.1")}))
-	must(t, k.ipset.DestroySet(owned.SetHealthCheckNodePort))
+	must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: stale, Scheduler: "rr"}))
+	must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: vsKey("192.0.2.10", ipvs.TCP, 80), Scheduler: "rr"}))
+	must(t, k.Dummy.AddAddress(addr("10.96.0.99")))
+	must(t, k.IPSet.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
+	must(t, k.IPSet.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.99"), Protocol: "udp", Port: 53}))
+	must(t, k.IPSet.EnsureSet(ipset.Set{Name: "FOREIGN", Type: ipset.HashIP, Family: ipset.Inet}))
+	must(t, k.IPSet.AddEntry("FOREIGN", ipset.Entry{IP: addr("192.0.2.1")}))
+	must(t, k.IPSet.DestroySet(owned.SetHealthCheckNodePort))
 
 	want := BuildDesired(svcs, eps, &testConfig)
 	have, err := Read(k.Kernel(), owned.Sets(true, false), nil, nil, want.Wants)
@@ -120,7 +120,7 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 		t.Fatalf("engine: %+v", res)
 	}
 	// A backend the engine is draining stays at weight 0.
-	must(t, k.ipvs.AddRealServer(vsKey("10.96.0.10", ipvs.TCP, 80), real("10.244.1.9", 8080, 0)))
+	must(t, k.IPVS.AddRealServer(vsKey("10.96.0.10", ipvs.TCP, 80), real("10.244.1.9", 8080, 0)))
 
 	have, err := Read(k.Kernel(), owned.Sets(true, false), nil, nil, want.Wants)
 	must(t, err)
@@ -150,13 +150,13 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	}
 	nodePorts := []netip.Addr{addr("192.168.1.10")}
 	for _, key := range keys {
-		must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: key, Scheduler: "rr"}))
+		must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: key, Scheduler: "rr"}))
 	}
-	must(t, k.dummy.AddAddress(addr("10.96.0.10")))
-	must(t, k.dummy.AddAddress(addr("10.96.100.5")))
-	must(t, k.ipset.AddEntry(owned.SetExternalIP, ipset.Entry{IP: addr("198.51.100.1"), Protocol: "tcp", Port: 443}))
-	must(t, k.ipset.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
-	must(t, k.ipset.AddEntry(owned.SetNodePortSCTP, ipset.Entry{IP: addr("192.168.1.10"), Protocol: "sctp", Port: 30090}))
+	must(t, k.Dummy.AddAddress(addr("10.96.0.10")))
+	must(t, k.Dummy.AddAddress(addr("10.96.100.5")))
+	must(t, k.IPSet.AddEntry(owned.SetExternalIP, ipset.Entry{IP: addr("198.51.100.1"), Protocol: "tcp", Port: 443}))
+	must(t, k.IPSet.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
+	must(t, k.IPSet.AddEntry(owned.SetNodePortSCTP, ipset.Entry{IP: addr("192.168.1.10"), Protocol: "sctp", Port: 30090}))
 
 	have, err := Read(k.Kernel(), owned.Sets(true, false), exclude, nodePorts, nil)
 	must(t, err)
@@ -180,7 +180,7 @@ func TestOwnsMatchesEngine(t *testing.T) {
 	if _, err := enginetest.FullSync(rec, map[string]*sync.ServiceState{}); err != nil {
 		t.Fatal(err)
 	}
-	left, err := k.ipvs.ListVirtualServers()
+	left, err := k.IPVS.ListVirtualServers()
 	must(t, err)
 	var survivors []ipvs.ServiceKey
 	for _, v := range left {

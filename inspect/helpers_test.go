@@ -9,37 +9,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ipvsproxy/ipvsproxy/dummyif"
-	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/internal/fakenode"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
 var testConfig = sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true,
 	NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}
 
-type fakeKernel struct {
-	ipvs  *ipvs.Fake
-	dummy *dummyif.Fake
-	ipset *ipset.Fake
-}
-
 // newFakeKernel is a node after ipvsproxy's set-up: the link and the
 // IPv4 sets exist and are empty.
-func newFakeKernel(t testing.TB) *fakeKernel {
-	t.Helper()
-	k := &fakeKernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
-	must(t, k.dummy.EnsureLink())
-	for _, s := range owned.Sets(true, false) {
-		must(t, k.ipset.EnsureSet(s))
-	}
-	return k
-}
-
-func (k *fakeKernel) Kernel() owned.Kernel {
-	return owned.Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset}
-}
+func newFakeKernel(t testing.TB) *fakenode.Node { return fakenode.New(t, true, false) }
 
 func must(t testing.TB, err error) {
 	t.Helper()

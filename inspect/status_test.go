@@ -36,18 +36,18 @@ func TestStatusScreen(t *testing.T) {
 	cip, np, lb := vsKey("10.96.0.10", ipvs.TCP, 80), vsKey("192.168.1.10", ipvs.TCP, 30080), vsKey("203.0.113.7", ipvs.TCP, 443)
 	stale, foreign := vsKey("10.96.0.99", ipvs.TCP, 80), vsKey("192.0.2.10", ipvs.TCP, 80)
 	for _, key := range []ipvs.ServiceKey{cip, np, lb, stale, foreign} {
-		must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: key, Scheduler: "rr"}))
+		must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: key, Scheduler: "rr"}))
 	}
-	must(t, k.ipvs.AddRealServer(cip, real("10.244.1.5", 8080, 1)))
-	must(t, k.ipvs.AddRealServer(cip, real("10.244.1.6", 8080, 0)))
-	must(t, k.ipvs.AddRealServer(foreign, real("10.0.0.1", 80, 1)))
+	must(t, k.IPVS.AddRealServer(cip, real("10.244.1.5", 8080, 1)))
+	must(t, k.IPVS.AddRealServer(cip, real("10.244.1.6", 8080, 0)))
+	must(t, k.IPVS.AddRealServer(foreign, real("10.0.0.1", 80, 1)))
 	for _, a := range []string{"10.96.0.10", "10.96.0.99", "203.0.113.7"} {
-		must(t, k.dummy.AddAddress(addr(a)))
+		must(t, k.Dummy.AddAddress(addr(a)))
 	}
-	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
-	must(t, k.ipset.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
-	must(t, k.ipset.AddEntry(owned.SetLoadBalancer, ipset.Entry{IP: addr("203.0.113.7"), Protocol: "tcp", Port: 443}))
-	must(t, k.ipset.DestroySet(owned.SetLoopBack))
+	must(t, k.IPSet.AddEntry(owned.SetClusterIP, ipset.Entry{IP: addr("10.96.0.10"), Protocol: "tcp", Port: 80}))
+	must(t, k.IPSet.AddEntry(owned.SetNodePortTCP, ipset.Entry{Port: 30080}))
+	must(t, k.IPSet.AddEntry(owned.SetLoadBalancer, ipset.Entry{IP: addr("203.0.113.7"), Protocol: "tcp", Port: 443}))
+	must(t, k.IPSet.DestroySet(owned.SetLoopBack))
 
 	a, err := Read(k.Kernel(), owned.Sets(true, false), nil, []netip.Addr{addr("192.168.1.10")}, nil)
 	must(t, err)

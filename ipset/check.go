@@ -247,11 +247,12 @@ func (e Entry) guessType() Type {
 // opError words a failed operation the same way for the Fake and the
 // netlink implementation: what was done, to which set, and why.
 func opError(verb, set string, t Type, e *Entry, err error) error {
+	verb = opWords[verb]
 	if e != nil && t == "" {
 		t = e.guessType()
 	}
 	switch {
-	case e != nil && verb == VerbAdd:
+	case e != nil && verb == "add":
 		return fmt.Errorf("ipset: add %s to set %s: %w", e.Format(t), set, err)
 	case e != nil:
 		return fmt.Errorf("ipset: %s %s in set %s: %w", verb, e.Format(t), set, err)
@@ -259,6 +260,13 @@ func opError(verb, set string, t Type, e *Entry, err error) error {
 		return fmt.Errorf("ipset: %s set %s: %w", verb, set, err)
 	}
 	return fmt.Errorf("ipset: %s: %w", verb, err)
+}
+
+// opWords are the verbs as ipset's command words, the way errors say
+// them.
+var opWords = map[string]string{
+	VerbEnsureSet: "ensure", VerbListSets: "listsets", VerbListEntries: "list", VerbWalkEntries: "walk",
+	VerbAddEntry: "add", VerbDeleteEntry: "del", VerbDestroySet: "destroy", VerbSwapSets: "swap",
 }
 
 // mismatchError is EnsureSet's answer when the name is taken by a set of

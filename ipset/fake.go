@@ -11,19 +11,29 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
-// Verbs name the operations of Interface, for Fake's counters and its
-// Inject hook. One verb per method, so a test can assert, say, that the
-// incremental path never dumps the kernel (Count(VerbList) == 0).
+// Verbs name the operations of Interface, by their method names, for
+// Fake's counters and its Faults. One verb per method, so a test can
+// assert, say, that the incremental path never dumps the kernel
+// (Count(VerbListEntries) == 0).
 const (
-	VerbEnsure   = "ensure"   // EnsureSet
-	VerbListSets = "listsets" // ListSets
-	VerbList     = "list"     // ListEntries
-	VerbWalk     = "walk"     // WalkEntries: one dump, like VerbList
-	VerbAdd      = "add"      // AddEntry
-	VerbDel      = "del"      // DeleteEntry
-	VerbDestroy  = "destroy"  // DestroySet
-	VerbSwap     = "swap"     // SwapSets
+	VerbEnsureSet   = "EnsureSet"
+	VerbListSets    = "ListSets"
+	VerbListEntries = "ListEntries"
+	VerbWalkEntries = "WalkEntries" // one dump, like VerbListEntries
+	VerbAddEntry    = "AddEntry"
+	VerbDeleteEntry = "DeleteEntry"
+	VerbDestroySet  = "DestroySet"
+	VerbSwapSets    = "SwapSets"
 )
+
+// Call describes one Fake call, for its Faults: the verb, the set it
+// names ("" for ListSets; the first set for SwapSets) and the entry for
+// AddEntry and DeleteEntry (else the zero Entry).
+type Call struct {
+	Verb  string
+	Set   string
+	Entry Entry
+}
 
 // Fake is an in-memory Interface for the engine's unit tests. It applies
 // the kernel's rules (maxelem, type and family checks, bitmap ranges,
@@ -31,8 +41,8 @@ const (
 // The zero value is an empty kernel; a Fake is safe for concurrent use.
 type Fake struct {
 	// Inject, when not nil, is called before every operation with its verb
-	// (VerbAdd ...), the set it names ("" for ListSets; the first set for
-	// SwapSets) and the entry for VerbAdd/VerbDel (else nil). A non-nil
+	// (VerbAddEntry ...), the set it names ("" for ListSets; the first set for
+	// SwapSets) and the entry for VerbAddEntry/VerbDeleteEntry (else nil). A non-nil
 	// result fails the operation with that error and changes nothing; the
 	// call is still counted. Set it while no operation is in flight.
 	Inject func(verb, set string, e *Entry) error
@@ -40,6 +50,10 @@ type Fake struct {
 	mu   sync.Mutex
 	sets map[string]*fakeSet
 	calls.Counter
+	// Faults fails chosen calls (FailOn, FailTimes): the operation returns
+	// the error and changes nothing; the call is still counted. Record
+	// sees every call.
+	calls.Faults[Call]
 	interrupts int // how many of the next walks are interrupted once
 }
 
@@ -51,36 +65,37 @@ type fakeSet struct {
 var _ Interface = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{} }
+func NewFake() *Fake {
+	f := &Fake{}
+	f.Verbs(VerbEnsureSet, VerbListSets, VerbListEntries, VerbWalkEntries, VerbAddEntry, VerbDeleteEntry, VerbDestroySet, VerbSwapSets)
+	return f
+}
 
-// begin takes the lock, counts the call and consults Inject. The caller
-// must unlock when begin returns nil and also when it returns an error.
+// begin takes the lock, counts the call and consults the faults. The
+// caller must unlock when begin returns nil and also when it returns an
+// error.
 func (f *Fake) begin(verb, set string, e *Entry) error {
 	f.mu.Lock()
 	if f.sets == nil {
 		f.sets = map[string]*fakeSet{}
 	}
 	f.Inc(verb)
-	if f.Inject == nil {
-		return nil
-	}
-	var arg *Entry
+	c := Call{Verb: verb, Set: set}
 	if e != nil {
-		c := *e // the hook must not be able to alter the operation
-		arg = &c
+		c.Entry = *e // a fault's match must not be able to alter the operation
 	}
-	return f.Inject(verb, set, arg)
+	return f.Check(verb, c)
 }
 
 // EnsureSet implements Interface.
 func (f *Fake) EnsureSet(s Set) error {
 	defer f.mu.Unlock()
 	s = s.normalize()
-	if err := f.begin(VerbEnsure, s.Name, nil); err != nil {
-		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+	if err := f.begin(VerbEnsureSet, s.Name, nil); err != nil {
+		return opError(VerbEnsureSet, s.Name, s.Type, nil, err)
 	}
 	if err := s.validate(); err != nil {
-		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+		return opError(VerbEnsureSet, s.Name, s.Type, nil, err)
 	}
 	if have, ok := f.sets[s.Name]; ok {
 		if have.hdr.Type != s.Type || have.hdr.Family != s.Family {
@@ -108,12 +123,12 @@ func (f *Fake) ListSets() ([]Set, error) {
 // ListEntries implements Interface. Entries come sorted.
 func (f *Fake) ListEntries(set string) ([]Entry, error) {
 	defer f.mu.Unlock()
-	if err := f.begin(VerbList, set, nil); err != nil {
-		return nil, opError(VerbList, set, "", nil, err)
+	if err := f.begin(VerbListEntries, set, nil); err != nil {
+		return nil, opError(VerbListEntries, set, "", nil, err)
 	}
 	s, ok := f.sets[set]
 	if !ok {
-		return nil, opError(VerbList, set, "", nil, ErrSetNotFound)
+		return nil, opError(VerbListEntries, set, "", nil, ErrSetNotFound)
 	}
 	return s.sorted(), nil
 }
@@ -122,7 +137,7 @@ func (f *Fake) ListEntries(set string) ([]Entry, error) {
 // ListEntries; fn runs without the Fake's lock held, so it may call the
 // Fake, as it may call Netlink.
 func (f *Fake) WalkEntries(set string, reset func(), fn func(Entry) error) error {
-	err := f.begin(VerbWalk, set, nil)
+	err := f.begin(VerbWalkEntries, set, nil)
 	s, ok := f.sets[set]
 	switch {
 	case err != nil:
@@ -131,7 +146,7 @@ func (f *Fake) WalkEntries(set string, reset func(), fn func(Entry) error) error
 	}
 	if err != nil {
 		f.mu.Unlock()
-		return opError(VerbList, set, "", nil, err) // worded as the dump it is
+		return opError(VerbListEntries, set, "", nil, err) // worded as the dump it is
 	}
 	entries, interrupted := s.sorted(), f.interrupts > 0
 	if interrupted {
@@ -144,7 +159,7 @@ func (f *Fake) WalkEntries(set string, reset func(), fn func(Entry) error) error
 			return err
 		}
 		if reset == nil {
-			return opError(VerbList, set, hdr.Type, nil, ErrDumpInterrupted)
+			return opError(VerbListEntries, set, hdr.Type, nil, ErrDumpInterrupted)
 		}
 		reset()
 	}
@@ -192,12 +207,12 @@ func GhostEntry(s Set) Entry {
 
 // AddEntry implements Interface.
 func (f *Fake) AddEntry(set string, e Entry) error {
-	return f.addDel(VerbAdd, set, e)
+	return f.addDel(VerbAddEntry, set, e)
 }
 
 // DeleteEntry implements Interface.
 func (f *Fake) DeleteEntry(set string, e Entry) error {
-	return f.addDel(VerbDel, set, e)
+	return f.addDel(VerbDeleteEntry, set, e)
 }
 
 func (f *Fake) addDel(verb, set string, e Entry) error {
@@ -220,7 +235,7 @@ func (f *Fake) addDel(verb, set string, e Entry) error {
 	}
 	_, present := s.entries[e]
 	switch {
-	case verb == VerbDel:
+	case verb == VerbDeleteEntry:
 		delete(s.entries, e)
 	case present:
 	case s.hdr.Type.isHash() && uint32(len(s.entries)) >= s.hdr.MaxElem:
@@ -234,8 +249,8 @@ func (f *Fake) addDel(verb, set string, e Entry) error {
 // DestroySet implements Interface.
 func (f *Fake) DestroySet(set string) error {
 	defer f.mu.Unlock()
-	if err := f.begin(VerbDestroy, set, nil); err != nil {
-		return opError(VerbDestroy, set, "", nil, err)
+	if err := f.begin(VerbDestroySet, set, nil); err != nil {
+		return opError(VerbDestroySet, set, "", nil, err)
 	}
 	delete(f.sets, set)
 	return nil
@@ -245,18 +260,18 @@ func (f *Fake) DestroySet(set string) error {
 // exist and to share type and family; bitmap ranges may differ.
 func (f *Fake) SwapSets(a, b string) error {
 	defer f.mu.Unlock()
-	if err := f.begin(VerbSwap, a, nil); err != nil {
-		return opError(VerbSwap, a, "", nil, err)
+	if err := f.begin(VerbSwapSets, a, nil); err != nil {
+		return opError(VerbSwapSets, a, "", nil, err)
 	}
 	sa, okA := f.sets[a]
 	sb, okB := f.sets[b]
 	switch {
 	case !okA:
-		return opError(VerbSwap, a, "", nil, ErrSetNotFound)
+		return opError(VerbSwapSets, a, "", nil, ErrSetNotFound)
 	case !okB:
-		return opError(VerbSwap, b, "", nil, ErrSetNotFound)
+		return opError(VerbSwapSets, b, "", nil, ErrSetNotFound)
 	case sa.hdr.Type != sb.hdr.Type || sa.hdr.Family != sb.hdr.Family:
-		return opError(VerbSwap, a, "", nil, fmt.Errorf(
+		return opError(VerbSwapSets, a, "", nil, fmt.Errorf(
 			"the sets cannot be swapped: %s is %s, %s is %s",
 			a, sa.hdr.describe(), b, sb.hdr.describe()))
 	}

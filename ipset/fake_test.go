@@ -254,20 +254,17 @@ func TestFakeCountsAndInject(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	want := map[string]int{VerbAdd: 19, VerbDel: 3, VerbListSets: 1, VerbList: 11}
+	want := map[string]int{VerbAddEntry: 19, VerbDeleteEntry: 3, VerbListSets: 1, VerbListEntries: 11}
 	if got := f.Counts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Counts = %v, want %v", got, want)
 	}
 
 	boom := errors.New("boom")
 	var seen []string
-	f.Inject = func(verb, set string, e *Entry) error {
-		seen = append(seen, fmt.Sprint(verb, " ", set, " ", e != nil))
-		if verb == VerbAdd && e.Port == 443 || verb != VerbAdd {
-			return boom
-		}
-		return nil
-	}
+	stopRecording := f.Record(func(verb string, c Call) {
+		seen = append(seen, fmt.Sprint(verb, " ", c.Set, " ", c.Entry != Entry{}))
+	})
+	undo := f.FailOn("", func(c Call) bool { return c.Verb != VerbAddEntry || c.Entry.Port == 443 }, boom)
 	f.ResetCounts()
 	before := f.String()
 	e443 := Entry{IP: ip("10.96.0.9"), Protocol: "tcp", Port: 443}
@@ -291,14 +288,15 @@ func TestFakeCountsAndInject(t *testing.T) {
 	if after := f.String(); after != before {
 		t.Errorf("an injected failure changed the sets:\n%s", after)
 	}
-	wantSeen := "[add KUBE-CLUSTER-IP true del KUBE-CLUSTER-IP true ensure NEW false destroy KUBE-CLUSTER-IP false swap KUBE-IPVS-IPS false list KUBE-CLUSTER-IP false listsets  false]"
+	wantSeen := "[AddEntry KUBE-CLUSTER-IP true DeleteEntry KUBE-CLUSTER-IP true EnsureSet NEW false DestroySet KUBE-CLUSTER-IP false SwapSets KUBE-IPVS-IPS false ListEntries KUBE-CLUSTER-IP false ListSets  false]"
 	if fmt.Sprint(seen) != wantSeen {
-		t.Errorf("Inject saw %v\nwant %s", seen, wantSeen)
+		t.Errorf("Record saw %v\nwant %s", seen, wantSeen)
 	}
-	if f.Count(VerbAdd) != 1 || f.Count(VerbSwap) != 1 || f.Count(VerbList) != 1 {
+	if f.Count(VerbAddEntry) != 1 || f.Count(VerbSwapSets) != 1 || f.Count(VerbListEntries) != 1 {
 		t.Errorf("failed calls are counted: %v", f.Counts())
 	}
-	f.Inject = nil
+	undo()
+	stopRecording()
 	must(t, f.AddEntry("KUBE-CLUSTER-IP", e443))
 }
 
@@ -315,7 +313,7 @@ func TestFakeConcurrent(t *testing.T) {
 				if err := f.AddEntry("S", e); err != nil {
 					t.Error(err)
 				}
-				_ = f.Count(VerbAdd)
+				_ = f.Count(VerbAddEntry)
 				_ = f.String()
 			}
 		})

@@ -25,7 +25,7 @@ func TestFakeWalkMatchesList(t *testing.T) {
 			t.Errorf("%s: walked %v, listed %v", s.Name, walked, listed)
 		}
 	}
-	if got, want := f.Counts(), map[string]int{VerbWalk: len(sets), VerbList: len(sets)}; !maps.Equal(got, want) {
+	if got, want := f.Counts(), map[string]int{VerbWalkEntries: len(sets), VerbListEntries: len(sets)}; !maps.Equal(got, want) {
 		t.Errorf("Counts() = %v, want %v", got, want)
 	}
 	err = f.WalkEntries("NOPE", nil, func(Entry) error { t.Error("fn called"); return nil })
@@ -53,12 +53,7 @@ func TestFakeWalkStopsNestsAndFails(t *testing.T) {
 		t.Errorf("walk returned %v after %d entries, %v left; want fn's error after 2, 1 left", err, n, f.Entries("KUBE-CLUSTER-IP"))
 	}
 	boom := errors.New("boom")
-	f.Inject = func(verb, set string, _ *Entry) error {
-		if verb == VerbWalk && set == "KUBE-LOOP-BACK" {
-			return boom
-		}
-		return nil
-	}
+	f.FailOn(VerbWalkEntries, func(c Call) bool { return c.Set == "KUBE-LOOP-BACK" }, boom)
 	if err := f.WalkEntries("KUBE-LOOP-BACK", nil, func(Entry) error { t.Error("fn called"); return nil }); !errors.Is(err, boom) {
 		t.Errorf("injected walk failure: %v", err)
 	}

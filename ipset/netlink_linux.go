@@ -110,7 +110,7 @@ func (n *Netlink) dump(req *nl.NetlinkRequest, reset func(), f func(msg []byte) 
 func (n *Netlink) EnsureSet(s Set) error {
 	s = s.normalize()
 	if err := s.validate(); err != nil {
-		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+		return opError(VerbEnsureSet, s.Name, s.Type, nil, err)
 	}
 	err := n.create(s)
 	if err == nil {
@@ -120,13 +120,13 @@ func (n *Netlink) EnsureSet(s Set) error {
 	// The kernel answers a clash with plain EEXIST (ip_set_create), the
 	// ipset tool's "set with the same name already exists".
 	if !errors.Is(err, syscall.EEXIST) && !errors.Is(err, errExist) {
-		return opError(VerbEnsure, s.Name, s.Type, nil, kernelError(err, s.Type))
+		return opError(VerbEnsureSet, s.Name, s.Type, nil, kernelError(err, s.Type))
 	}
 	// The name is taken by a set with another header: fine unless the
 	// type or family differ (hashsize, maxelem, range may).
 	have, err := n.header(s.Name)
 	if err != nil {
-		return opError(VerbEnsure, s.Name, s.Type, nil, err)
+		return opError(VerbEnsureSet, s.Name, s.Type, nil, err)
 	}
 	if have.Type != s.Type || have.Family != s.Family {
 		return mismatchError(have.Set, s)
@@ -304,17 +304,17 @@ func (n *Netlink) WalkEntries(set string, reset func(), fn func(Entry) error) er
 	case errors.Is(err, syscall.ENOENT):
 		n.forget(set)
 	}
-	return opError(VerbList, set, "", nil, kernelError(err, ""))
+	return opError(VerbListEntries, set, "", nil, kernelError(err, ""))
 }
 
 // AddEntry implements Interface.
 func (n *Netlink) AddEntry(set string, e Entry) error {
-	return n.addDel(VerbAdd, nl.IPSET_CMD_ADD, set, e)
+	return n.addDel(VerbAddEntry, nl.IPSET_CMD_ADD, set, e)
 }
 
 // DeleteEntry implements Interface.
 func (n *Netlink) DeleteEntry(set string, e Entry) error {
-	return n.addDel(VerbDel, nl.IPSET_CMD_DEL, set, e)
+	return n.addDel(VerbDeleteEntry, nl.IPSET_CMD_DEL, set, e)
 }
 
 // addDel checks the entry against the set's header (cached) so mistakes
@@ -330,7 +330,7 @@ func (n *Netlink) addDel(verb string, cmd int, set string, e Entry) error {
 		return opError(verb, set, h.Type, &e, err)
 	}
 	comment := ""
-	if verb == VerbAdd {
+	if verb == VerbAddEntry {
 		comment = h.Comment
 	}
 	req := n.requestSet(cmd, unix.NLM_F_ACK, set)
@@ -352,7 +352,7 @@ func (n *Netlink) DestroySet(set string) error {
 		n.forget(set)
 		return nil
 	}
-	return opError(VerbDestroy, set, "", nil, kernelError(err, ""))
+	return opError(VerbDestroySet, set, "", nil, kernelError(err, ""))
 }
 
 // SwapSets implements Interface with IPSET_CMD_SWAP.
@@ -360,7 +360,7 @@ func (n *Netlink) SwapSets(a, b string) error {
 	req := n.requestSet(nl.IPSET_CMD_SWAP, unix.NLM_F_ACK, a)
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME2, nl.ZeroTerminated(b)))
 	if err := n.conn.Execute(req, nil); err != nil {
-		return opError(VerbSwap, a, "", nil, kernelError(err, ""))
+		return opError(VerbSwapSets, a, "", nil, kernelError(err, ""))
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -33,8 +33,11 @@ type Fake struct {
 	services map[ServiceKey]*fakeService
 	timeouts Timeouts
 	calls.Counter
-	faults []*fault
-	nextID int
+	// Faults fails chosen calls (FailOn, FailTimes) and records them
+	// (Record). An injected err is wrapped like a kernel error: inject
+	// syscall.EEXIST or syscall.ESRCH to get errors for which IsExist or
+	// IsNotExist hold.
+	calls.Faults[Call]
 	// interrupts is how many of the next walks are interrupted once.
 	interrupts int
 	unloaded   map[string]bool // schedulers whose module is "not loaded"
@@ -50,14 +53,6 @@ type Call struct {
 	Verb    string     // the Interface method name
 	Service ServiceKey // zero for ListVirtualServers, GetTimeouts, SetTimeouts
 	Real    RealKey    // zero unless the verb is about a real server
-}
-
-type fault struct {
-	id    int
-	verb  string
-	match func(Call) bool
-	err   error
-	left  int // calls left to fail; <0 means until removed
 }
 
 var _ Interface = (*Fake)(nil)
@@ -87,10 +82,12 @@ func (f *Fake) UnloadScheduler(name string, loaded bool) {
 
 // NewFake returns an empty Fake with the kernel's default timeouts.
 func NewFake() *Fake {
-	return &Fake{
+	f := &Fake{
 		services: map[ServiceKey]*fakeService{},
 		timeouts: defaultTimeouts,
 	}
+	f.Verbs(slices.Collect(maps.Keys(verbs))...)
+	return f
 }
 
 // String prints the state as `ipvsadm -Sn` does (see FormatSave for order).
@@ -116,57 +113,12 @@ func (f *Fake) Count(verb string) int {
 	return f.Counter.Count(verb)
 }
 
-// FailOn makes calls of verb for which match returns true (nil matches
-// all; verb "" means every verb) fail with err, without changing any
-// state, until the returned function is called. err is wrapped like a
-// kernel error: inject syscall.EEXIST or syscall.ESRCH to get errors for
-// which IsExist or IsNotExist hold. Failed calls are still counted. When
-// several faults match, the earliest installed wins.
-func (f *Fake) FailOn(verb string, match func(Call) bool, err error) (remove func()) {
-	return f.addFault(verb, match, err, -1)
-}
-
-// FailTimes is FailOn for the next n matching calls only.
-func (f *Fake) FailTimes(n int, verb string, match func(Call) bool, err error) {
-	if n > 0 {
-		f.addFault(verb, match, err, n)
-	}
-}
-
-func (f *Fake) addFault(verb string, match func(Call) bool, err error, n int) func() {
-	if verb != "" && !verbs[verb] {
-		panic(fmt.Sprintf("ipvs.Fake: unknown verb %q", verb))
-	}
-	if err == nil {
-		panic("ipvs.Fake: fault injected with a nil error")
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.nextID++
-	id := f.nextID
-	f.faults = append(f.faults, &fault{id: id, verb: verb, match: match, err: err, left: n})
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.faults = slices.DeleteFunc(f.faults, func(ft *fault) bool { return ft.id == id })
-	}
-}
-
 // begin counts a call and returns the injected error for it, if any.
 // The caller holds f.mu.
 func (f *Fake) begin(c Call, sched string) error {
 	f.Inc(c.Verb)
-	for i, ft := range f.faults {
-		if (ft.verb != "" && ft.verb != c.Verb) || (ft.match != nil && !ft.match(c)) {
-			continue
-		}
-		if ft.left > 0 {
-			ft.left--
-			if ft.left == 0 {
-				f.faults = slices.Delete(f.faults, i, i+1)
-			}
-		}
-		return opError(c.Verb, c.Service, c.Real, sched, ft.err)
+	if err := f.Check(c.Verb, c); err != nil {
+		return opError(c.Verb, c.Service, c.Real, sched, err)
 	}
 	return nil
 }

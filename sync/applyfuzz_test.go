@@ -43,8 +43,8 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 	t.Helper()
 	k := newKernel(t)
 	handMade := ipvs.ServiceKey{Address: netip.MustParseAddr("203.0.113.5"), Protocol: ipvs.TCP, Port: 80}
-	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: handMade, Scheduler: "wlc"}))
-	must(t, k.ipvs.AddRealServer(handMade, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("192.168.9.9"), Port: 80}, Weight: 2}))
+	must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: handMade, Scheduler: "wlc"}))
+	must(t, k.IPVS.AddRealServer(handMade, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("192.168.9.9"), Port: 80}, Weight: 2}))
 	before := kernelText(k)
 
 	cfg := testConfig
@@ -61,7 +61,7 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 		}
 	}
 	for pass := 0; pass < 2; pass++ {
-		k.resetCounts()
+		k.ResetCounts()
 		res, err := fullSync(e.rec, want)
 		if err != nil || res.Prune != nil {
 			t.Fatalf("full pass %d: %v, prune: %v", pass, err, res.Prune)
@@ -88,7 +88,7 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 
 // kernelText is what an operator reads: ipvsadm -Sn, ipset save, ip addr.
 func kernelText(k *kernel) string {
-	return k.ipvs.String() + "\n" + k.ipset.String() + "\n" + k.dummy.String()
+	return k.IPVS.String() + "\n" + k.IPSet.String() + "\n" + k.Dummy.String()
 }
 
 // onlyConflicts reports whether every error joined in err is a virtual

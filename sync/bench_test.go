@@ -27,9 +27,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
-	"github.com/ipvsproxy/ipvsproxy/dummyif"
-	"github.com/ipvsproxy/ipvsproxy/ipset"
-	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/internal/fakenode"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
@@ -113,14 +111,11 @@ func (c *benchCluster) want() map[string]*ServiceState {
 // than 100k services need.
 func newBenchKernel(tb testing.TB, n int) *kernel {
 	tb.Helper()
-	k := &kernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
-	must(tb, k.dummy.EnsureLink())
-	for _, s := range owned.Sets(true, true) {
-		s.MaxElem = max(s.MaxElem, uint32(2*n))
-		must(tb, k.ipset.EnsureSet(s))
+	sets := owned.Sets(true, true)
+	for i := range sets {
+		sets[i].MaxElem = max(sets[i].MaxElem, uint32(2*n))
 	}
-	k.resetCounts()
-	return k
+	return &kernel{fakenode.WithSets(tb, sets)}
 }
 
 func ownedSetNames() []string {
@@ -149,7 +144,7 @@ func newBenchNode(tb testing.TB, n int) *benchNode {
 	if err != nil || len(res.Failed) > 0 || res.Prune != nil {
 		tb.Fatalf("programming %d services: %v %v %v", n, err, res.Failed, res.Prune)
 	}
-	k.resetCounts()
+	k.ResetCounts()
 	return &benchNode{n: n, cluster: c, k: k, rec: rec}
 }
 
@@ -165,7 +160,7 @@ func cachedBenchNode(tb testing.TB, n int) *benchNode {
 	benchNodesMu.Lock()
 	defer benchNodesMu.Unlock()
 	if nd := benchNodes[n]; nd != nil {
-		nd.k.resetCounts()
+		nd.k.ResetCounts()
 		return nd
 	}
 	nd := newBenchNode(tb, n)

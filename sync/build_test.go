@@ -41,7 +41,7 @@ func TestNodePortService(t *testing.T) {
 	k, _ := program(t, nodeConfig(), s,
 		slice("default", "np", "a", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}),
 		slice("default", "np", "b", "dns", 53, v1.ProtocolUDP, ep{ip: "10.244.1.6"}))
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.30:80 -s rr
 -a -t 10.96.0.30:80 -r 10.244.1.5:8080 -m -w 1
 -A -t 192.168.0.2:30080 -s rr
@@ -62,7 +62,7 @@ add KUBE-IPVS-IPS 10.96.0.30
 add KUBE-NODE-PORT-TCP 30080
 add KUBE-NODE-PORT-UDP 30053
 `)
-	if got := k.dummy.Addresses(); len(got) != 1 {
+	if got := k.Dummy.Addresses(); len(got) != 1 {
 		t.Errorf("node addresses must not be bound on kube-ipvs0: %v", got)
 	}
 }
@@ -78,7 +78,7 @@ func TestLoadBalancerService(t *testing.T) {
 		{Hostname: "lb.example.com"},
 	}
 	k, b := program(t, nodeConfig(), s, slice("default", "lb", "a", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.40:80 -s rr
 -a -t 10.96.0.40:80 -r 10.244.1.5:8080 -m -w 1
 -A -t 203.0.113.10:80 -s rr
@@ -103,12 +103,12 @@ func TestExternalIPAlreadyOnHostIsNotBound(t *testing.T) {
 	s := svc("default", "ext", "10.96.0.50", "80")
 	s.Spec.ExternalIPs = []string{"203.0.113.7", "203.0.113.8", "not-an-ip"}
 	k, b := program(t, nodeConfig(), s)
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.50:80 -s rr
 -A -t 203.0.113.7:80 -s rr
 -A -t 203.0.113.8:80 -s rr
 `)
-	if got := k.dummy.Addresses(); len(got) != 2 || got[1] != netip.MustParseAddr("203.0.113.8") {
+	if got := k.Dummy.Addresses(); len(got) != 2 || got[1] != netip.MustParseAddr("203.0.113.8") {
 		t.Errorf("kube-ipvs0 should hold the ClusterIP and 203.0.113.8 only: %v", got)
 	}
 	if len(b.Problems) != 1 {
@@ -128,7 +128,7 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 	sl := slice("default", "local", "a", "http", 8080, v1.ProtocolTCP,
 		ep{ip: "10.244.1.5", node: testNode}, ep{ip: "10.244.2.5", node: "node-b"})
 	k, b := program(t, cfg, s, sl)
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.60:80 -s rr
 -a -t 10.96.0.60:80 -r 10.244.1.5:8080 -m -w 1
 -a -t 10.96.0.60:80 -r 10.244.2.5:8080 -m -w 1
@@ -175,7 +175,7 @@ func TestInternalTrafficPolicyLocal(t *testing.T) {
 	s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
 	k, _ := program(t, nodeConfig(), s, slice("default", "itp", "a", "", 80, v1.ProtocolTCP,
 		ep{ip: "10.244.1.5", node: testNode}, ep{ip: "10.244.2.5", node: "node-b"}))
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.70:80 -s rr
 -a -t 10.96.0.70:80 -r 10.244.1.5:80 -m -w 1
 `)
@@ -220,14 +220,14 @@ func TestFullSyncPrunesStaleNodePortButNotForeignVS(t *testing.T) {
 	must(t, e.rec.Sync("default/np", &b.State))
 	// A foreign VS on a node address, another port (a keepalived, say).
 	foreign := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("192.168.0.2"), Protocol: ipvs.TCP, Port: 8443}, Scheduler: "wlc"}
-	must(t, k.ipvs.AddVirtualServer(foreign))
+	must(t, k.IPVS.AddVirtualServer(foreign))
 	// The service is deleted while ipvsproxy is down; a new process
 	// starts with no services, knowing the node's addresses.
 	restarted := newEngine(t, k)
 	restarted.rec.SetNodePortAddresses(cfg.NodePortAddresses)
 	restarted.full()
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 192.168.0.2:8443 -s wlc")
-	if k.ipsetEntries() != "" || len(k.dummy.Addresses()) != 0 {
-		t.Errorf("leftovers: %s %v", k.ipsetEntries(), k.dummy.Addresses())
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 192.168.0.2:8443 -s wlc")
+	if k.ipsetEntries() != "" || len(k.Dummy.Addresses()) != 0 {
+		t.Errorf("leftovers: %s %v", k.ipsetEntries(), k.Dummy.Addresses())
 	}
 }

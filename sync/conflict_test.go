@@ -29,7 +29,7 @@ func TestConflictWritesNothingForTheOwnersAddress(t *testing.T) {
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("want ErrConflict, got %v", err)
 	}
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 -A -t 10.96.0.20:80 -s rr
@@ -50,7 +50,7 @@ add KUBE-IPVS-IPS 10.96.0.20
 	}
 
 	e.remove("team-a/a")
-	if got := k.dummy.Addresses(); len(got) != 1 || got[0] != netip.MustParseAddr("10.96.0.20") {
+	if got := k.Dummy.Addresses(); len(got) != 1 || got[0] != netip.MustParseAddr("10.96.0.20") {
 		t.Errorf("kube-ipvs0 after the owner is deleted: %v; want only 10.96.0.20", got)
 	}
 	if err := e.rec.Sync("team-b/b", e.want("team-b/b")); err != nil {
@@ -82,8 +82,8 @@ func TestConflictKeepsOtherPortsOfTheAddress(t *testing.T) {
 		t.Errorf("ipset entries:\n%s", got)
 	}
 	e.remove("team-a/a")
-	if !strings.Contains(k.ipvs.String(), "-A -t 10.96.0.10:8080") || len(k.dummy.Addresses()) != 2 {
-		t.Errorf("the loser's own port must keep its address: %v\n%s", k.dummy.Addresses(), k.ipvs.String())
+	if !strings.Contains(k.IPVS.String(), "-A -t 10.96.0.10:8080") || len(k.Dummy.Addresses()) != 2 {
+		t.Errorf("the loser's own port must keep its address: %v\n%s", k.Dummy.Addresses(), k.IPVS.String())
 	}
 }
 

@@ -46,9 +46,9 @@ func applyWeb(e *engine, ips ...string) {
 func TestRemovedTCPBackendDrainsUntilConnectionsEnd(t *testing.T) {
 	k, e, c := drainingEngine(t)
 	applyWeb(e, "10.244.1.1", "10.244.1.2")
-	must(t, k.ipvs.SetConns(webVS, podB, 2, 1))
+	must(t, k.IPVS.SetConns(webVS, podB, 2, 1))
 	applyWeb(e, "10.244.1.1")
-	assertText(t, "ipvsadm -Sn while draining", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn while draining", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 -a -t 10.96.0.10:80 -r 10.244.1.2:80 -m -w 0
@@ -58,20 +58,20 @@ func TestRemovedTCPBackendDrainsUntilConnectionsEnd(t *testing.T) {
 	if e.rec.Draining() != 1 {
 		t.Fatal("a backend with open connections was removed before its grace period")
 	}
-	must(t, k.ipvs.SetConns(webVS, podB, 0, 0))
+	must(t, k.IPVS.SetConns(webVS, podB, 0, 0))
 	must(t, e.rec.SweepDraining())
-	if e.rec.Draining() != 0 || k.ipvs.String() != "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1\n" {
-		t.Errorf("after the last connection ended: draining %d\n%s", e.rec.Draining(), k.ipvs.String())
+	if e.rec.Draining() != 0 || k.IPVS.String() != "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1\n" {
+		t.Errorf("after the last connection ended: draining %d\n%s", e.rec.Draining(), k.IPVS.String())
 	}
 }
 
 func TestDrainEndsAtGracePeriod(t *testing.T) {
 	k, e, c := drainingEngine(t)
 	applyWeb(e, "10.244.1.1", "10.244.1.2")
-	must(t, k.ipvs.SetConns(webVS, podB, 5, 0))
+	must(t, k.IPVS.SetConns(webVS, podB, 5, 0))
 	applyWeb(e, "10.244.1.1")
 	c.t = c.t.Add(31 * time.Second)
-	k.resetCounts()
+	k.ResetCounts()
 	must(t, e.rec.SweepDraining())
 	if got := fmt.Sprint(k.writes()); got != "map[DeleteRealServer:1]" || e.rec.Draining() != 0 {
 		t.Errorf("past the grace period: writes %s, draining %d", got, e.rec.Draining())
@@ -81,13 +81,13 @@ func TestDrainEndsAtGracePeriod(t *testing.T) {
 func TestDrainingBackendThatReturnsGetsItsWeightBack(t *testing.T) {
 	k, e, _ := drainingEngine(t)
 	applyWeb(e, "10.244.1.1", "10.244.1.2")
-	must(t, k.ipvs.SetConns(webVS, podB, 1, 0))
+	must(t, k.IPVS.SetConns(webVS, podB, 1, 0))
 	applyWeb(e, "10.244.1.1")
 	applyWeb(e, "10.244.1.1", "10.244.1.2")
 	if e.rec.Draining() != 0 {
 		t.Error("still draining after the endpoint came back")
 	}
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 -a -t 10.96.0.10:80 -r 10.244.1.2:80 -m -w 1
@@ -100,15 +100,15 @@ func TestDrainingBackendThatReturnsGetsItsWeightBack(t *testing.T) {
 func TestDrainSurvivesRestart(t *testing.T) {
 	k, e, _ := drainingEngine(t)
 	applyWeb(e, "10.244.1.1", "10.244.1.2")
-	must(t, k.ipvs.SetConns(webVS, podB, 1, 0))
+	must(t, k.IPVS.SetConns(webVS, podB, 1, 0))
 	applyWeb(e, "10.244.1.1")
-	must(t, k.ipvs.UpdateRealServer(webVS, ipvs.RealServer{RealKey: podA, Weight: 0})) // a stuck weight
+	must(t, k.IPVS.UpdateRealServer(webVS, ipvs.RealServer{RealKey: podA, Weight: 0})) // a stuck weight
 
 	restarted := newEngine(t, k)
 	restarted.rec.SetGracePeriod(30 * time.Second)
 	restarted.services, restarted.slices = e.services, e.slices
 	restarted.full()
-	assertText(t, "ipvsadm -Sn after restart", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn after restart", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 -a -t 10.96.0.10:80 -r 10.244.1.2:80 -m -w 0
@@ -132,7 +132,7 @@ func TestUDPBackendRemovedAtOnceWithStaleFlows(t *testing.T) {
 	if got := fmt.Sprintf("%+v", e.rec.TakeStaleFlows()); got != "[{Destination:10.96.0.53 Port:53 NodePort:false Backend:10.244.1.1}]" {
 		t.Errorf("backend replaced: %s", got)
 	}
-	if e.rec.Draining() != 0 || k.ipvs.Count("DeleteRealServer") != 1 {
+	if e.rec.Draining() != 0 || k.IPVS.Count("DeleteRealServer") != 1 {
 		t.Errorf("UDP backends are deleted at once, not drained")
 	}
 }

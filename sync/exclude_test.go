@@ -18,14 +18,14 @@ import (
 func TestExcludedAddressIsNeverProgrammed(t *testing.T) {
 	k := newKernel(t)
 	handMade := ipvs.ServiceKey{Address: netip.MustParseAddr("203.0.113.5"), Protocol: ipvs.TCP, Port: 80}
-	if err := k.ipvs.AddVirtualServer(ipvs.VirtualServer{ServiceKey: handMade, Scheduler: "wlc"}); err != nil {
+	if err := k.IPVS.AddVirtualServer(ipvs.VirtualServer{ServiceKey: handMade, Scheduler: "wlc"}); err != nil {
 		t.Fatal(err)
 	}
 	real := ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("192.168.9.9"), Port: 8080}, Weight: 3}
-	if err := k.ipvs.AddRealServer(handMade, real); err != nil {
+	if err := k.IPVS.AddRealServer(handMade, real); err != nil {
 		t.Fatal(err)
 	}
-	before, beforeSets, beforeAddrs := k.ipvs.String(), k.ipsetEntries(), k.dummy.Addresses()
+	before, beforeSets, beforeAddrs := k.IPVS.String(), k.ipsetEntries(), k.Dummy.Addresses()
 
 	exclude := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}
 	cfg := testConfig
@@ -40,7 +40,7 @@ func TestExcludedAddressIsNeverProgrammed(t *testing.T) {
 	e.full()
 	e.full() // a second pass prunes what the first adopted
 
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.50:80 -s rr
 -a -t 10.96.0.50:80 -r 10.244.1.5:8080 -m -w 1
 -A -t 198.51.100.5:80 -s rr
@@ -51,7 +51,7 @@ func TestExcludedAddressIsNeverProgrammed(t *testing.T) {
 	if sets := k.ipsetEntries(); strings.Contains(sets, "203.0.113.") {
 		t.Errorf("set entries for excluded addresses:\n%s", sets)
 	}
-	for _, a := range k.dummy.Addresses() {
+	for _, a := range k.Dummy.Addresses() {
 		if exclude[0].Contains(a) {
 			t.Errorf("excluded address %s bound on kube-ipvs0", a)
 		}
@@ -65,9 +65,9 @@ func TestExcludedAddressIsNeverProgrammed(t *testing.T) {
 
 	e.remove("default/ext")
 	e.full()
-	assertText(t, "ipvsadm -Sn after the Service is deleted", k.ipvs.String(), before)
+	assertText(t, "ipvsadm -Sn after the Service is deleted", k.IPVS.String(), before)
 	assertText(t, "ipset entries after the Service is deleted", k.ipsetEntries(), beforeSets)
-	if got := k.dummy.Addresses(); len(got) != len(beforeAddrs) {
+	if got := k.Dummy.Addresses(); len(got) != len(beforeAddrs) {
 		t.Errorf("kube-ipvs0 after the Service is deleted: %v, want %v", got, beforeAddrs)
 	}
 }

@@ -19,7 +19,7 @@ func TestExternalIPsTrustedAsKubeProxy(t *testing.T) {
 	s.Spec.ExternalIPs = []string{"192.168.0.2", "10.244.7.7", "169.254.169.254"}
 	k, b := program(t, nodeConfig(), s,
 		slice("tenant", "mitm", "a", "", 2222, v1.ProtocolTCP, ep{ip: "10.244.9.1", node: testNode}))
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.70:22 -s rr
 -a -t 10.96.0.70:22 -r 10.244.9.1:2222 -m -w 1
 -A -t 10.244.7.7:22 -s rr
@@ -27,7 +27,7 @@ func TestExternalIPsTrustedAsKubeProxy(t *testing.T) {
 -A -t 192.168.0.2:22 -s rr
 -a -t 192.168.0.2:22 -r 10.244.9.1:2222 -m -w 1
 `)
-	got := k.dummy.Addresses()
+	got := k.Dummy.Addresses()
 	if !slices.Contains(got, netip.MustParseAddr("10.244.7.7")) || slices.Contains(got, netip.MustParseAddr("192.168.0.2")) {
 		t.Errorf("kube-ipvs0 holds %v: want the pod IP bound, the node's own IP not", got)
 	}

@@ -62,7 +62,7 @@ func startFailingNode(t *testing.T, period time.Duration, refusal error) *failin
 	n.checkAddr = func() string { mu.Lock(); defer mu.Unlock(); return checkAddr }
 	n.runnerHarness = startRunnerConfig(t, period, func(s func() bool) func() bool { return s },
 		func(c *RunnerConfig) { c.HealthChecks = checks; c.Metrics = NewMetrics(n.reg) })
-	n.unfail = n.k.ipvs.FailOn("AddRealServer", refuseBadReal, refusal)
+	n.unfail = n.k.IPVS.FailOn("AddRealServer", refuseBadReal, refusal)
 	// As in the binary: unhealthy once a change waits for 2 × the sync period.
 	health := healthz.New(n.runner, 2*period, nil)
 	checks.ProxyHealthy = health.Healthy
@@ -114,7 +114,7 @@ func TestOneFailingServiceKeepsTheNodeHealthy(t *testing.T) {
 	n.create(t, localLB(), slice("default", "good", "good-1", "http", 8080, v1.ProtocolTCP,
 		ep{ip: "10.244.1.5", node: testNode}))
 	eventually(t, "the good service programmed", func() bool {
-		return strings.Contains(n.k.ipvs.String(), "-a -t 203.0.113.20:80 -r 10.244.1.5:8080") && n.checkAddr() != ""
+		return strings.Contains(n.k.IPVS.String(), "-a -t 203.0.113.20:80 -r 10.244.1.5:8080") && n.checkAddr() != ""
 	})
 	// The last change is the failing Service's: from now on every batch
 	// (its retries, each full pass) has a failure in it.
@@ -129,12 +129,12 @@ func TestOneFailingServiceKeepsTheNodeHealthy(t *testing.T) {
 		}
 		time.Sleep(period / 5)
 	}
-	if got := n.k.ipvs.Count("AddRealServer"); got < 4 {
+	if got := n.k.IPVS.Count("AddRealServer"); got < 4 {
 		t.Fatalf("AddRealServer tried %d times: the failing service should have been retried", got)
 	}
 	n.create(t, svc("default", "late", "10.96.0.77", "80"))
 	eventually(t, "a Service created while another keeps failing programmed", func() bool {
-		return strings.Contains(n.k.ipvs.String(), "-A -t 10.96.0.77:80 -s rr")
+		return strings.Contains(n.k.IPVS.String(), "-A -t 10.96.0.77:80 -s rr")
 	})
 }
 
@@ -146,25 +146,25 @@ func TestFailingServiceWarnedOnceAndCounted(t *testing.T) {
 	n := startFailingNode(t, time.Hour, syscall.EINVAL)
 	n.create(t, svc("default", "bad", "10.96.0.66", "http:80"),
 		slice("default", "bad", "bad-1", "http", 8080, v1.ProtocolTCP, ep{ip: badReal.String()}))
-	eventually(t, "several retries", func() bool { return n.k.ipvs.Count("AddRealServer") >= 5 })
+	eventually(t, "several retries", func() bool { return n.k.IPVS.Count("AddRealServer") >= 5 })
 	want := "bad IPVSProxySyncFailed: programming this Service failed; retrying with backoff: " +
 		"add real server 10.244.9.9:8080 to tcp 10.96.0.66:80: invalid argument"
 	if ev := n.events.list(); len(ev) != 1 || ev[0] != want {
-		t.Fatalf("Warning Events after %d retries:\n got %q\nwant [%q]", n.k.ipvs.Count("AddRealServer"), ev, want)
+		t.Fatalf("Warning Events after %d retries:\n got %q\nwant [%q]", n.k.IPVS.Count("AddRealServer"), ev, want)
 	}
 	if v, ok := n.gauge(t, "ipvsproxy_services_sync_failing"); v != 1 {
 		t.Errorf("ipvsproxy_services_sync_failing = %v (registered: %v), want 1", v, ok)
 	}
 
 	n.unfail()
-	remove := n.k.ipvs.FailOn("AddRealServer", refuseBadReal, syscall.ENOMEM)
+	remove := n.k.IPVS.FailOn("AddRealServer", refuseBadReal, syscall.ENOMEM)
 	eventually(t, "a second Warning for a different refusal", func() bool { return len(n.events.list()) == 2 })
 	if ev := n.events.list()[1]; !strings.HasSuffix(ev, "cannot allocate memory") {
 		t.Errorf("second Warning %q should name the new error", ev)
 	}
 	remove()
 	eventually(t, "the service programmed once the kernel accepts it", func() bool {
-		return strings.Contains(n.k.ipvs.String(), "-r 10.244.9.9:8080")
+		return strings.Contains(n.k.IPVS.String(), "-r 10.244.9.9:8080")
 	})
 	eventually(t, "the gauge back to 0", func() bool { v, _ := n.gauge(t, "ipvsproxy_services_sync_failing"); return v == 0 })
 	if ev := n.events.list(); len(ev) != 2 {

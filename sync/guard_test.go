@@ -5,7 +5,6 @@ package sync
 // the changed service, and allocate the same whatever the cluster size.
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -48,31 +47,22 @@ func (c kernelCall) String() string {
 	return fmt.Sprintf("ipset %s %s %+v", c.verb, c.entry.Set, c.entry.Entry)
 }
 
-// recordCalls records every call made on k's fakes (through their
-// fault-injection hooks, which fail nothing here) until stop is called.
+// recordCalls records every call made on k's fakes until stop is called.
 func recordCalls(k *kernel) (calls *[]kernelCall, stop func()) {
 	var out []kernelCall
-	observeOnly := errors.New("guard: observer; never returned")
-	removeIPVS := k.ipvs.FailOn("", func(c ipvs.Call) bool {
-		out = append(out, kernelCall{kind: "ipvs", verb: c.Verb, vs: c.Service, real: c.Real})
-		return false
-	}, observeOnly)
-	k.dummy.InjectError(func(c dummyif.Call) error {
-		out = append(out, kernelCall{kind: "dummyif", verb: c.Verb, addr: c.Addr})
-		return nil
+	stopIPVS := k.IPVS.Record(func(verb string, c ipvs.Call) {
+		out = append(out, kernelCall{kind: "ipvs", verb: verb, vs: c.Service, real: c.Real})
 	})
-	k.ipset.Inject = func(verb, set string, e *ipset.Entry) error {
-		c := kernelCall{kind: "ipset", verb: verb, entry: owned.SetEntry{Set: set}}
-		if e != nil {
-			c.entry.Entry = *e
-		}
-		out = append(out, c)
-		return nil
-	}
+	stopDummy := k.Dummy.Record(func(verb string, c dummyif.Call) {
+		out = append(out, kernelCall{kind: "dummyif", verb: verb, addr: c.Addr})
+	})
+	stopIPSet := k.IPSet.Record(func(verb string, c ipset.Call) {
+		out = append(out, kernelCall{kind: "ipset", verb: verb, entry: owned.SetEntry{Set: c.Set, Entry: c.Entry}})
+	})
 	return &out, func() {
-		removeIPVS()
-		k.dummy.InjectError(nil)
-		k.ipset.Inject = nil
+		stopIPVS()
+		stopDummy()
+		stopIPSet()
 	}
 }
 
@@ -123,7 +113,7 @@ func (o serviceObjects) violations(calls []kernelCall) []string {
 				ok = o.addrs[c.addr]
 			}
 		case "ipset":
-			if c.verb == ipset.VerbAdd || c.verb == ipset.VerbDel {
+			if c.verb == ipset.VerbAddEntry || c.verb == ipset.VerbDeleteEntry {
 				ok = o.entries[c.entry]
 			}
 		}
@@ -172,8 +162,8 @@ func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 		func(netip.Addr) { w[dummyif.VerbAddAddress]++ },
 		func(_, _ netip.Addr) {})
 	sorted.Walk(oldSt.Entries, newSt.Entries, owned.CompareSetEntries,
-		func(owned.SetEntry) { w[ipset.VerbDel]++ },
-		func(owned.SetEntry) { w[ipset.VerbAdd]++ },
+		func(owned.SetEntry) { w[ipset.VerbDeleteEntry]++ },
+		func(owned.SetEntry) { w[ipset.VerbAddEntry]++ },
 		func(_, _ owned.SetEntry) {})
 	for verb, n := range w {
 		if n == 0 {
@@ -187,7 +177,7 @@ func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 func ipvsWrites(w map[string]int) string {
 	out := map[string]int{}
 	for verb, n := range w {
-		if verb != ipset.VerbAdd && verb != ipset.VerbDel {
+		if verb != ipset.VerbAddEntry && verb != ipset.VerbDeleteEntry {
 			out[verb] = n
 		}
 	}
@@ -206,7 +196,7 @@ func checkChange(t *testing.T, nd *benchNode, c guardChange) {
 	newSt, _ := BuildService(s1, sl1, &testConfig)
 	allowed := objectsOf(oldSt, newSt)
 
-	nd.k.resetCounts()
+	nd.k.ResetCounts()
 	calls, stop := recordCalls(nd.k)
 	nd.sync(t, c.key, s1, sl1)
 	stop()
@@ -228,7 +218,7 @@ func checkChange(t *testing.T, nd *benchNode, c guardChange) {
 	if got := nd.k.writes(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s: writes %v, want the minimal %v", c.name, got, want)
 	}
-	nd.k.resetCounts()
+	nd.k.ResetCounts()
 }
 
 func TestGuardIncrementalChangeTouchesOnlyItsService(t *testing.T) {
@@ -283,18 +273,18 @@ func TestGuardCatchesForeignWritesAndDumps(t *testing.T) {
 
 	calls, stop := recordCalls(nd.k)
 	ov := other.VirtualServers[0]
-	must(t, nd.k.ipvs.DeleteRealServer(ov.VS.ServiceKey, ov.Reals[0].RealKey))
-	must(t, nd.k.ipvs.UpdateVirtualServer(ov.VS))
-	must(t, nd.k.dummy.DeleteAddress(other.Addresses[0]))
-	must(t, nd.k.ipset.DeleteEntry(other.Entries[0].Set, other.Entries[0].Entry))
-	if _, err := nd.k.ipvs.ListVirtualServers(); err != nil {
+	must(t, nd.k.IPVS.DeleteRealServer(ov.VS.ServiceKey, ov.Reals[0].RealKey))
+	must(t, nd.k.IPVS.UpdateVirtualServer(ov.VS))
+	must(t, nd.k.Dummy.DeleteAddress(other.Addresses[0]))
+	must(t, nd.k.IPSet.DeleteEntry(other.Entries[0].Set, other.Entries[0].Entry))
+	if _, err := nd.k.IPVS.ListVirtualServers(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nd.k.ipset.ListEntries(owned.SetClusterIP); err != nil {
+	if _, err := nd.k.IPSet.ListEntries(owned.SetClusterIP); err != nil {
 		t.Fatal(err)
 	}
 	mv := mine.VirtualServers[0]
-	must(t, nd.k.ipvs.DeleteRealServer(mv.VS.ServiceKey, mv.Reals[0].RealKey)) // allowed
+	must(t, nd.k.IPVS.DeleteRealServer(mv.VS.ServiceKey, mv.Reals[0].RealKey)) // allowed
 	stop()
 
 	bad := allowed.violations(*calls)

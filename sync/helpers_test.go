@@ -11,9 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ipvsproxy/ipvsproxy/dummyif"
-	"github.com/ipvsproxy/ipvsproxy/ipset"
-	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/internal/fakenode"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"maps"
 	"slices"
@@ -77,42 +75,16 @@ func slice(ns, svcName, sliceName, portName string, port int32, proto v1.Protoco
 	return s
 }
 
-// kernel is a fake node: IPVS, kube-ipvs0 and ipsets in memory.
-type kernel struct {
-	ipvs  *ipvs.Fake
-	dummy *dummyif.Fake
-	ipset *ipset.Fake
-}
+// kernel is a fake node: IPVS, kube-ipvs0 and ipsets in memory, with
+// the engine tests' views of it.
+type kernel struct{ *fakenode.Node }
 
-func newKernel(t testing.TB) *kernel {
-	t.Helper()
-	k := &kernel{ipvs: ipvs.NewFake(), dummy: dummyif.NewFake(""), ipset: ipset.NewFake()}
-	if err := k.dummy.EnsureLink(); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range owned.Sets(true, true) {
-		if err := k.ipset.EnsureSet(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k.resetCounts()
-	return k
-}
-
-func (k *kernel) Kernel() owned.Kernel {
-	return owned.Kernel{IPVS: k.ipvs, Dummy: k.dummy, IPSet: k.ipset}
-}
-
-func (k *kernel) resetCounts() {
-	k.ipvs.ResetCounts()
-	k.dummy.ResetCounts()
-	k.ipset.ResetCounts()
-}
+func newKernel(t testing.TB) *kernel { return &kernel{fakenode.New(t, true, true)} }
 
 // writes counts the kernel writes since the last reset, by verb.
 func (k *kernel) writes() map[string]int {
 	out := map[string]int{}
-	for _, c := range []map[string]int{k.ipvs.Counts(), k.dummy.Counts(), k.ipset.Counts()} {
+	for _, c := range []map[string]int{k.IPVS.Counts(), k.Dummy.Counts(), k.IPSet.Counts()} {
 		for verb, n := range c {
 			if isWrite(verb) && n > 0 {
 				out[verb] += n
@@ -125,7 +97,7 @@ func (k *kernel) writes() map[string]int {
 // reads counts the list/dump calls since the last reset.
 func (k *kernel) reads() int {
 	n := 0
-	for _, c := range []map[string]int{k.ipvs.Counts(), k.dummy.Counts(), k.ipset.Counts()} {
+	for _, c := range []map[string]int{k.IPVS.Counts(), k.Dummy.Counts(), k.IPSet.Counts()} {
 		for verb, v := range c {
 			if lv := strings.ToLower(verb); strings.HasPrefix(lv, "list") || strings.HasPrefix(lv, "walk") || verb == "GetTimeouts" {
 				n += v
@@ -143,7 +115,7 @@ func isWrite(verb string) bool {
 // ipsetEntries prints the add lines of the owned sets, like `ipset save | grep ^add`.
 func (k *kernel) ipsetEntries() string {
 	var b strings.Builder
-	for _, line := range strings.Split(k.ipset.String(), "\n") {
+	for _, line := range strings.Split(k.IPSet.String(), "\n") {
 		if strings.HasPrefix(line, "add ") {
 			b.WriteString(line)
 			b.WriteByte('\n')

@@ -22,7 +22,7 @@ func webNodePort(e *engine) {
 
 func addVS(t testing.TB, k *kernel, addr string, proto ipvs.Protocol, port uint16) {
 	t.Helper()
-	must(t, k.ipvs.AddVirtualServer(ipvs.VirtualServer{
+	must(t, k.IPVS.AddVirtualServer(ipvs.VirtualServer{
 		ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr(addr), Protocol: proto, Port: port}, Scheduler: "wrr"}))
 }
 
@@ -39,8 +39,8 @@ func TestPruneLeavesForeignVSOnNodePortNumber(t *testing.T) {
 	addVS(t, k, "192.168.1.11", ipvs.TCP, 30080) // a node address outside --nodeport-addresses
 	e.full()
 	for _, want := range []string{"-A -t 192.0.2.20:30080 -s wrr", "-A -t 192.168.1.11:30080 -s wrr", "-A -t 192.168.1.10:30080 -s rr"} {
-		if !strings.Contains(k.ipvs.String(), want) {
-			t.Errorf("after a full pass ipvsadm -Sn lacks %q:\n%s", want, k.ipvs)
+		if !strings.Contains(k.IPVS.String(), want) {
+			t.Errorf("after a full pass ipvsadm -Sn lacks %q:\n%s", want, k.IPVS)
 		}
 	}
 }
@@ -59,8 +59,8 @@ func TestPruneRemovesNodePortOfRemovedAddress(t *testing.T) {
 	e.rec.SetNodePortAddresses(e.cfg.NodePortAddresses)
 	e.full()
 	assertText(t, "kernel after the node lost 192.168.1.11", k.text(), e.reference())
-	if strings.Contains(k.ipvs.String(), "192.168.1.11") {
-		t.Errorf("the node port of the removed address is still there:\n%s", k.ipvs)
+	if strings.Contains(k.IPVS.String(), "192.168.1.11") {
+		t.Errorf("the node port of the removed address is still there:\n%s", k.IPVS)
 	}
 }
 
@@ -83,7 +83,7 @@ func TestRunnerPrunesNodePortsOnNodePortAddresses(t *testing.T) {
 	ctx := context.Background()
 	for runner.next(ctx); restarted.rec.PassRunning(); runner.next(ctx) {
 	}
-	assertText(t, "ipvsadm -Sn after the first pass", k.ipvs.String(), "-A -t 192.0.2.20:30080 -s wrr")
+	assertText(t, "ipvsadm -Sn after the first pass", k.IPVS.String(), "-A -t 192.0.2.20:30080 -s wrr")
 }
 
 // A pass that read web back after the node lost an address, then was
@@ -104,7 +104,7 @@ func TestPruneRemovesNodePortOfRemovedAddressAfterAbandonedPass(t *testing.T) {
 	for !e.step() {
 	}
 	e.finishPass()
-	if strings.Contains(k.ipvs.String(), "192.168.1.11") {
-		t.Errorf("the node port of the removed address is still there:\n%s", k.ipvs)
+	if strings.Contains(k.IPVS.String(), "192.168.1.11") {
+		t.Errorf("the node port of the removed address is still there:\n%s", k.IPVS)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // kernelText is what an operator sees: ipvsadm -Sn, the set entries and
 // the addresses on kube-ipvs0.
 func (k *kernel) text() string {
-	return k.ipvs.String() + k.ipsetEntries() + fmt.Sprint(k.dummy.Addresses())
+	return k.IPVS.String() + k.ipsetEntries() + fmt.Sprint(k.Dummy.Addresses())
 }
 
 // reference programs e's services, as they are now, on a new kernel: what
@@ -98,13 +98,13 @@ func TestPassInStepsWithChangesBetween(t *testing.T) {
 	// and late (keys are taken in order: ns/svc-0, ns/svc-1, ns/svc-10 …).
 	vs0 := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.0"), Protocol: ipvs.TCP, Port: 80}
 	vs9 := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.9"), Protocol: ipvs.TCP, Port: 80}
-	must(t, k.ipvs.DeleteRealServer(vs0, ipvs.RealKey{Address: netip.MustParseAddr("10.129.0.0"), Port: 8080}))
-	must(t, k.ipvs.AddRealServer(vs9, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.250.0.1"), Port: 8080}, Weight: 1}))
-	must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.1.1"), Protocol: ipvs.UDP, Port: 53}))
-	must(t, k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.5")))
+	must(t, k.IPVS.DeleteRealServer(vs0, ipvs.RealKey{Address: netip.MustParseAddr("10.129.0.0"), Port: 8080}))
+	must(t, k.IPVS.AddRealServer(vs9, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.250.0.1"), Port: 8080}, Weight: 1}))
+	must(t, k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.1.1"), Protocol: ipvs.UDP, Port: 53}))
+	must(t, k.Dummy.DeleteAddress(netip.MustParseAddr("10.96.0.5")))
 	stray := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.3"), Protocol: ipvs.TCP, Port: 9999}, Scheduler: "rr"}
-	must(t, k.ipvs.AddVirtualServer(stray))
-	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
+	must(t, k.IPVS.AddVirtualServer(stray))
+	must(t, k.IPSet.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
 
 	e.beginPass()
 	steps := 0
@@ -145,7 +145,7 @@ func TestPassReadsRealServersInEachStep(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		e.apply(manyService(i, 3))
 	}
-	k.resetCounts()
+	k.ResetCounts()
 	e.rec.BeginPass(e.keys())
 	if n := k.reads(); n != 0 {
 		t.Errorf("BeginPass made %d dumps, want none", n)
@@ -158,11 +158,11 @@ func TestPassReadsRealServersInEachStep(t *testing.T) {
 			t.Fatalf("after %d steps: %d dumps, want one per step", i, n)
 		}
 	}
-	if n := k.ipvs.Count("WalkRealServers"); n != 0 {
+	if n := k.IPVS.Count("WalkRealServers"); n != 0 {
 		t.Errorf("the pass's reads listed the real servers of %d virtual servers", n)
 	}
 	for i := 1; !e.step(); i++ {
-		if n := k.ipvs.Count("WalkRealServers"); n != i {
+		if n := k.IPVS.Count("WalkRealServers"); n != i {
 			t.Fatalf("after %d steps: %d real-server dumps, want one per step", i, n)
 		}
 	}
@@ -188,7 +188,7 @@ func TestPassDoesNotAdoptWhatASyncRemoved(t *testing.T) {
 	// z (stepped last) starts using the external IP only after a's removal
 	// took it off kube-ipvs0 — the pass's start-up read is stale for it.
 	e.remove("default/a")
-	if strings.Contains(fmt.Sprint(k.dummy.Addresses()), "192.0.2.1") {
+	if strings.Contains(fmt.Sprint(k.Dummy.Addresses()), "192.0.2.1") {
 		t.Fatal("removing the only user did not unbind the external IP")
 	}
 	if e.step() { // default/a
@@ -232,7 +232,7 @@ func TestRunnerSyncsChangesBetweenPassSteps(t *testing.T) {
 	slices.OnUpdate(nil, sl)
 	e.services["ns/"+s.Name], e.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
 	runner.next(ctx)
-	if !strings.Contains(k.ipvs.String(), "-r 10.131.0.15:8080") {
+	if !strings.Contains(k.IPVS.String(), "-r 10.131.0.15:8080") {
 		t.Fatal("the new endpoint is not in the kernel one batch after it arrived")
 	}
 	if !e.rec.PassRunning() {
@@ -267,13 +267,13 @@ func TestPassSurvivesInterruptedDumps(t *testing.T) {
 		for i := 0; i < 8; i++ {
 			e.apply(manyService(i, 3))
 		}
-		must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.4"), Protocol: ipvs.TCP, Port: 80}))
+		must(t, k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.4"), Protocol: ipvs.TCP, Port: 80}))
 		if interrupt {
-			k.ipvs.InterruptNextWalk(3)
-			k.ipset.InterruptNextWalk(2)
-			k.dummy.InterruptNextWalk(1)
+			k.IPVS.InterruptNextWalk(3)
+			k.IPSet.InterruptNextWalk(2)
+			k.Dummy.InterruptNextWalk(1)
 		}
-		k.resetCounts()
+		k.ResetCounts()
 		e.full()
 		return k, e
 	}
@@ -303,7 +303,7 @@ func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
 	tracker := NewTracker()
 	runner := NewRunner(RunnerConfig{Build: testConfig}, tracker, restarted.rec)
 	must(t, restarted.rec.BeginAdoption()) // what Run does when it streams
-	k.resetCounts()
+	k.ResetCounts()
 	runner.UpdateNode(NodeFacts{Zone: "zone-a"})
 	ctx := context.Background()
 	runner.next(ctx)
@@ -407,9 +407,9 @@ func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
 		e.apply(manyService(i, 3))
 	}
 	gone := must2(manyService(1, 3)).Spec.ClusterIP
-	must(t, k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr(gone), Protocol: ipvs.TCP, Port: 80}))
-	k.resetCounts()
-	k.ipvs.FailTimes(1, "WalkVirtualServers", nil, syscall.ENOMEM)
+	must(t, k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr(gone), Protocol: ipvs.TCP, Port: 80}))
+	k.ResetCounts()
+	k.IPVS.FailTimes(1, "WalkVirtualServers", nil, syscall.ENOMEM)
 	e.rec.BeginPass(e.keys())
 	var step StepResult
 	for i := 0; i < e.passReads() && step.ReadErr == nil; i++ {
@@ -460,10 +460,10 @@ func TestNodeAddressChangeSyncsNodePortServices(t *testing.T) {
 	runner.informersSynced.Store(true)
 	ctx := context.Background()
 	runner.next(ctx)
-	if !strings.Contains(k.ipvs.String(), "-A -t 192.168.0.2:30080") {
-		t.Fatalf("node port not programmed:\n%s", k.ipvs.String())
+	if !strings.Contains(k.IPVS.String(), "-A -t 192.168.0.2:30080") {
+		t.Fatalf("node port not programmed:\n%s", k.IPVS.String())
 	}
-	k.resetCounts()
+	k.ResetCounts()
 
 	runner.UpdateNode(NodeFacts{NodePortAddresses: addrList("192.168.1.2")})
 	runner.next(ctx)
@@ -473,7 +473,7 @@ func TestNodeAddressChangeSyncsNodePortServices(t *testing.T) {
 	if n := k.reads(); n != 0 {
 		t.Errorf("a node address change read the kernel %d times", n)
 	}
-	got := k.ipvs.String()
+	got := k.IPVS.String()
 	if strings.Contains(got, "192.168.0.2:30080") || !strings.Contains(got, "-A -t 192.168.1.2:30080") {
 		t.Errorf("node-port virtual servers did not follow the address change:\n%s", got)
 	}

@@ -29,7 +29,7 @@ func TestClusterIPProgramsKernel(t *testing.T) {
 	e.apply(svc("default", "v6", "fd00::10", "80/SCTP"),
 		slice("default", "v6", "v6-1", "", 9000, v1.ProtocolSCTP, ep{ip: "fd00:244::5", node: testNode}))
 
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.1:443 -s rr
 -a -t 10.96.0.1:443 -r 192.168.0.10:6443 -m -w 1
 -A -t 10.96.0.10:80 -s rr
@@ -52,7 +52,7 @@ add KUBE-IPVS-IPS 10.96.0.10
 add KUBE-LOOP-BACK 10.244.1.5,tcp:8080,10.244.1.5
 add KUBE-LOOP-BACK 10.244.1.5,udp:5353,10.244.1.5
 `)
-	assertText(t, "kube-ipvs0", fmt.Sprint(k.dummy.Addresses()), "[10.96.0.1 10.96.0.10 fd00::10]")
+	assertText(t, "kube-ipvs0", fmt.Sprint(k.Dummy.Addresses()), "[10.96.0.1 10.96.0.10 fd00::10]")
 }
 
 func TestSkippedServices(t *testing.T) {
@@ -74,7 +74,7 @@ func TestServiceWithoutEndpointsKeepsVirtualServer(t *testing.T) {
 	k := newKernel(t)
 	e := newEngine(t, k)
 	e.apply(svc("default", "empty", "10.96.0.20", "80"))
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.20:80 -s rr")
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.20:80 -s rr")
 }
 
 func TestTerminatingEndpointsUsedOnlyWhenNoneReady(t *testing.T) {
@@ -113,7 +113,7 @@ func TestIncrementalTouchesOnlyTheChangedService(t *testing.T) {
 	for i := 0; i < n; i++ {
 		e.apply(manyService(i, 2))
 	}
-	k.resetCounts()
+	k.ResetCounts()
 
 	// One endpoint more in service 500.
 	s, sl := manyService(500, 3)
@@ -127,9 +127,9 @@ func TestIncrementalTouchesOnlyTheChangedService(t *testing.T) {
 
 	// Delete service 7: its VS goes, and its address and its entries in
 	// KUBE-CLUSTER-IP and KUBE-IPVS-IPS.
-	k.resetCounts()
+	k.ResetCounts()
 	e.remove("ns/svc-7")
-	want := "map[DeleteAddress:1 DeleteVirtualServer:1 del:2]"
+	want := "map[DeleteAddress:1 DeleteEntry:2 DeleteVirtualServer:1]"
 	if got := k.writes(); fmt.Sprint(got) != want {
 		t.Errorf("deleting a service: writes %v, want %s", got, want)
 	}
@@ -160,7 +160,7 @@ func TestSharedAddressIsRefcounted(t *testing.T) {
 		slice("default", "web", "w1", "a", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: testNode}))
 	e.apply(svc("default", "web", "10.96.0.10", "a:80"),
 		slice("default", "web", "w1", "a", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: testNode}))
-	if got := fmt.Sprint(k.dummy.Addresses()); got != "[10.96.0.10]" {
+	if got := fmt.Sprint(k.Dummy.Addresses()); got != "[10.96.0.10]" {
 		t.Fatalf("address removed while a port still uses it: %s", got)
 	}
 	e.apply(svc("default", "other", "10.96.0.11", "a:80"),
@@ -172,8 +172,8 @@ add KUBE-IPVS-IPS 10.96.0.11
 add KUBE-LOOP-BACK 10.244.1.5,tcp:8080,10.244.1.5
 `)
 	e.remove("default/other")
-	if k.ipvs.String() != "" || k.ipsetEntries() != "" || len(k.dummy.Addresses()) != 0 {
-		t.Errorf("kernel not empty after removing every service:\n%s%s%v", k.ipvs.String(), k.ipsetEntries(), k.dummy.Addresses())
+	if k.IPVS.String() != "" || k.ipsetEntries() != "" || len(k.Dummy.Addresses()) != 0 {
+		t.Errorf("kernel not empty after removing every service:\n%s%s%v", k.IPVS.String(), k.ipsetEntries(), k.Dummy.Addresses())
 	}
 }
 
@@ -186,12 +186,12 @@ func TestAffinityAndSchedulerUpdateInPlace(t *testing.T) {
 	s2 := s.DeepCopy()
 	s2.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 	s2.Annotations = map[string]string{AnnotationScheduler: "sh", AnnotationSchedulerFlags: "sh-fallback,sh-port"}
-	k.resetCounts()
+	k.ResetCounts()
 	e.apply(s2, sl)
 	if got := fmt.Sprint(k.writes()); got != "map[UpdateVirtualServer:1]" {
 		t.Errorf("changing affinity and scheduler: writes %s, want one in-place update", got)
 	}
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s sh -p 10800 -b sh-fallback,sh-port
 -a -t 10.96.0.10:80 -r 10.244.1.5:80 -m -w 1
 `)
@@ -213,24 +213,24 @@ func TestDriftRepairedByFullSync(t *testing.T) {
 		slice("default", "a", "a1", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: testNode}, ep{ip: "10.244.1.6"}))
 	e.apply(svc("default", "b", "10.96.0.11", "53/UDP"),
 		slice("default", "b", "b1", "", 53, v1.ProtocolUDP, ep{ip: "10.244.1.7"}))
-	before := k.ipvs.String() + k.ipsetEntries() + fmt.Sprint(k.dummy.Addresses())
+	before := k.IPVS.String() + k.ipsetEntries() + fmt.Sprint(k.Dummy.Addresses())
 
 	// Behind the engine's back: a VS deleted, a real server deleted, an
 	// address and a set entry removed, a foreign real server added to one
 	// of ours, and a stale VS left on one of our addresses.
 	vsA := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 80}
 	vsB := ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.11"), Protocol: ipvs.UDP, Port: 53}
-	must(t, k.ipvs.DeleteVirtualServer(vsB))
-	must(t, k.ipvs.DeleteRealServer(vsA, ipvs.RealKey{Address: netip.MustParseAddr("10.244.1.6"), Port: 8080}))
-	must(t, k.ipvs.AddRealServer(vsA, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.244.9.9"), Port: 8080}, Weight: 1}))
-	must(t, k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.11")))
-	must(t, k.ipset.DeleteEntry(owned.SetLoopBack, ipset.Entry{IP: netip.MustParseAddr("10.244.1.5"), Protocol: "tcp", Port: 8080, IP2: netip.MustParseAddr("10.244.1.5")}))
+	must(t, k.IPVS.DeleteVirtualServer(vsB))
+	must(t, k.IPVS.DeleteRealServer(vsA, ipvs.RealKey{Address: netip.MustParseAddr("10.244.1.6"), Port: 8080}))
+	must(t, k.IPVS.AddRealServer(vsA, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("10.244.9.9"), Port: 8080}, Weight: 1}))
+	must(t, k.Dummy.DeleteAddress(netip.MustParseAddr("10.96.0.11")))
+	must(t, k.IPSet.DeleteEntry(owned.SetLoopBack, ipset.Entry{IP: netip.MustParseAddr("10.244.1.5"), Protocol: "tcp", Port: 8080, IP2: netip.MustParseAddr("10.244.1.5")}))
 	stale := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 9999}, Scheduler: "rr"}
-	must(t, k.ipvs.AddVirtualServer(stale))
-	must(t, k.ipset.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
+	must(t, k.IPVS.AddVirtualServer(stale))
+	must(t, k.IPSet.AddEntry(owned.SetClusterIP, ipset.Entry{IP: netip.MustParseAddr("10.96.0.99"), Protocol: "tcp", Port: 1}))
 
 	e.full()
-	after := k.ipvs.String() + k.ipsetEntries() + fmt.Sprint(k.dummy.Addresses())
+	after := k.IPVS.String() + k.ipsetEntries() + fmt.Sprint(k.Dummy.Addresses())
 	assertText(t, "kernel after full sync", after, before)
 }
 
@@ -242,19 +242,19 @@ func TestFullSyncNeverTouchesForeignObjects(t *testing.T) {
 	// A VS on an address that is not on kube-ipvs0 (someone else's load
 	// balancer), and one on an excluded address that is on kube-ipvs0.
 	foreign := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("192.0.2.10"), Protocol: ipvs.TCP, Port: 80}, Scheduler: "wlc"}
-	must(t, k.ipvs.AddVirtualServer(foreign))
-	must(t, k.ipvs.AddRealServer(foreign.ServiceKey, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("192.0.2.20"), Port: 80}, Weight: 5}))
+	must(t, k.IPVS.AddVirtualServer(foreign))
+	must(t, k.IPVS.AddRealServer(foreign.ServiceKey, ipvs.RealServer{RealKey: ipvs.RealKey{Address: netip.MustParseAddr("192.0.2.20"), Port: 80}, Weight: 5}))
 	excluded := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.200.1"), Protocol: ipvs.TCP, Port: 80}, Scheduler: "rr"}
-	must(t, k.ipvs.AddVirtualServer(excluded))
-	must(t, k.dummy.AddAddress(excluded.Address))
+	must(t, k.IPVS.AddVirtualServer(excluded))
+	must(t, k.Dummy.AddAddress(excluded.Address))
 	e.full()
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -A -t 10.96.200.1:80 -s rr
 -A -t 192.0.2.10:80 -s wlc
 -a -t 192.0.2.10:80 -r 192.0.2.20:80 -m -w 5
 `)
-	if got := fmt.Sprint(k.dummy.Addresses()); got != "[10.96.0.10 10.96.200.1]" {
+	if got := fmt.Sprint(k.Dummy.Addresses()); got != "[10.96.0.10 10.96.200.1]" {
 		t.Errorf("kube-ipvs0: %s", got)
 	}
 }
@@ -271,7 +271,7 @@ func TestRestartAdoptsKernelWithoutWrites(t *testing.T) {
 		slice("default", "local", "l", "", 80, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: testNode}))
 	restarted := newEngine(t, k)
 	restarted.services, restarted.slices = e.services, e.slices
-	k.resetCounts()
+	k.ResetCounts()
 	res := restarted.full()
 	if w := k.writes(); len(w) != 0 {
 		t.Errorf("restart over a matching kernel wrote %v", w)
@@ -280,7 +280,7 @@ func TestRestartAdoptsKernelWithoutWrites(t *testing.T) {
 		t.Errorf("adopted %d services, want 51", res.Adopted)
 	}
 	// And the adopted records work incrementally: one change, one write.
-	k.resetCounts()
+	k.ResetCounts()
 	restarted.apply(manyService(3, 4))
 	if got := fmt.Sprint(k.writes()); got != "map[AddRealServer:1]" {
 		t.Errorf("after adoption, one endpoint added: %s", got)
@@ -294,8 +294,7 @@ func TestFailedOpIsRetriedAndRecordStaysTrue(t *testing.T) {
 	key := "ns/" + s.Name
 	e.services[key], e.slices[key] = s, []*discovery.EndpointSlice{sl}
 	boom := errors.New("injected: no buffer space")
-	k.ipvs.FailTimes(1, "AddRealServer", func(c ipvs.Call) bool { return c.Real.Address == netip.MustParseAddr("10.129.0.1") }, boom)
-	k.dummy.InjectError(nil)
+	k.IPVS.FailTimes(1, "AddRealServer", func(c ipvs.Call) bool { return c.Real.Address == netip.MustParseAddr("10.129.0.1") }, boom)
 	err := e.rec.Sync(key, e.want(key))
 	if !errors.Is(err, boom) {
 		t.Fatalf("want the injected error, got %v", err)
@@ -304,7 +303,7 @@ func TestFailedOpIsRetriedAndRecordStaysTrue(t *testing.T) {
 	if got := len(applied.VirtualServers[0].Reals); got != 2 {
 		t.Errorf("applied record holds %d real servers; the kernel accepted 2", got)
 	}
-	k.resetCounts()
+	k.ResetCounts()
 	if err := e.rec.Sync(key, e.want(key)); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -312,19 +311,14 @@ func TestFailedOpIsRetriedAndRecordStaysTrue(t *testing.T) {
 		t.Errorf("retry wrote %s; want only the op that failed", got)
 	}
 	// Failure to delete an address keeps it recorded (and referenced).
-	k.dummy.InjectError(func(c dummyif.Call) error {
-		if c.Verb == "DeleteAddress" {
-			return syscall.EBUSY
-		}
-		return nil
-	})
+	undo := k.Dummy.FailOn(dummyif.VerbDeleteAddress, nil, syscall.EBUSY)
 	if err := e.rec.Sync(key, &ServiceState{}); err == nil {
 		t.Fatal("want an error when the address cannot be removed")
 	}
 	if st := e.rec.Applied(key); st == nil || len(st.Addresses) != 1 || len(st.VirtualServers) != 0 {
 		t.Errorf("after a failed unbind the record should hold only the address: %+v", st)
 	}
-	k.dummy.InjectError(nil)
+	undo()
 	if err := e.rec.Sync(key, &ServiceState{}); err != nil || e.rec.Applied(key) != nil {
 		t.Errorf("retry of removal: err %v record %+v", err, e.rec.Applied(key))
 	}
@@ -340,7 +334,7 @@ func TestConflictingVirtualServerIsNotStolen(t *testing.T) {
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("want ErrConflict, got %v", err)
 	}
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 `)

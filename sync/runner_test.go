@@ -124,26 +124,26 @@ func TestRunnerProgramsFromInformers(t *testing.T) {
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	want := "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n"
-	eventually(t, "the service in ipvsadm -Sn", func() bool { return h.k.ipvs.String() == want })
+	eventually(t, "the service in ipvsadm -Sn", func() bool { return h.k.IPVS.String() == want })
 	eventually(t, "healthy: nothing pending", func() bool { q, s := h.runner.Pending(); return q.IsZero() && !s.IsZero() })
 
 	if err := h.client.CoreV1().Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the service gone", func() bool {
-		return h.k.ipvs.String() == "" && len(h.k.dummy.Addresses()) == 0 && h.k.ipsetEntries() == ""
+		return h.k.IPVS.String() == "" && len(h.k.Dummy.Addresses()) == 0 && h.k.ipsetEntries() == ""
 	})
 }
 
 func TestRunnerRetriesFailedKeyWithBackoff(t *testing.T) {
 	h := startRunner(t, time.Hour)
-	h.k.ipvs.FailTimes(3, "AddRealServer", nil, errors.New("injected: ENOMEM"))
+	h.k.IPVS.FailTimes(3, "AddRealServer", nil, errors.New("injected: ENOMEM"))
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	eventually(t, "the real server after three failures", func() bool {
-		return strings.Contains(h.k.ipvs.String(), "-r 10.244.1.5:8080")
+		return strings.Contains(h.k.IPVS.String(), "-r 10.244.1.5:8080")
 	})
-	if n := h.k.ipvs.Count("AddRealServer"); n != 4 {
+	if n := h.k.IPVS.Count("AddRealServer"); n != 4 {
 		t.Errorf("AddRealServer called %d times, want 3 failures + 1 success", n)
 	}
 }
@@ -153,11 +153,11 @@ func TestRunnerFullPassRepairsDrift(t *testing.T) {
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	want := "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n"
-	eventually(t, "programmed", func() bool { return h.k.ipvs.String() == want })
-	must(t, h.k.ipvs.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 80}))
-	must(t, h.k.dummy.DeleteAddress(netip.MustParseAddr("10.96.0.10")))
+	eventually(t, "programmed", func() bool { return h.k.IPVS.String() == want })
+	must(t, h.k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 80}))
+	must(t, h.k.Dummy.DeleteAddress(netip.MustParseAddr("10.96.0.10")))
 	eventually(t, "drift repaired by the periodic full pass", func() bool {
-		return h.k.ipvs.String() == want && len(h.k.dummy.Addresses()) == 1
+		return h.k.IPVS.String() == want && len(h.k.Dummy.Addresses()) == 1
 	})
 }
 
@@ -172,7 +172,7 @@ func TestRunnerReportsBadServiceOnce(t *testing.T) {
 	h.create(t, bad)
 	h.create(t, svc("default", "fine", "10.96.0.11", "80"))
 	eventually(t, "the good service programmed despite the bad one", func() bool {
-		return strings.Contains(h.k.ipvs.String(), "10.96.0.11:80") && strings.Contains(h.k.ipvs.String(), "10.96.0.10:80")
+		return strings.Contains(h.k.IPVS.String(), "10.96.0.11:80") && strings.Contains(h.k.IPVS.String(), "10.96.0.10:80")
 	})
 	full := func() float64 { return testutil.ToFloat64(h.runner.metrics.Syncs.WithLabelValues("full")) }
 	for passes := 1.0; passes <= 5; passes++ { // several full passes rebuild the bad service

@@ -14,7 +14,7 @@ import (
 // it the scheduler it asked for, in place.
 func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	k := newKernel(t)
-	k.ipvs.UnloadScheduler("nq", false)
+	k.IPVS.UnloadScheduler("nq", false)
 	e := newEngine(t, k)
 	tracker := NewTracker()
 	events := &recordedEvents{}
@@ -28,24 +28,24 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	ctx := context.Background()
 
 	runner.next(ctx) // refused by the kernel: learnt, and retried
-	if got := k.ipvs.String(); got != "" {
+	if got := k.IPVS.String(); got != "" {
 		t.Fatalf("the first attempt should have failed, got %q", got)
 	}
 	runner.next(ctx) // the retry, 1 ms later
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s rr")
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.10:80 -s rr")
 	want := `web IPVSProxyInvalidService: annotation ipvsproxy.io/scheduler: scheduler "nq" is not available in this kernel (load the ip_vs_nq module); using "rr"`
 	if ev := events.list(); len(ev) != 1 || ev[0] != want {
 		t.Fatalf("events %q, want one: %s", ev, want)
 	}
 
 	// The module gets loaded; the next full pass uses it, in place.
-	k.ipvs.UnloadScheduler("nq", true)
+	k.IPVS.UnloadScheduler("nq", true)
 	loaded = true
-	k.resetCounts()
+	k.ResetCounts()
 	runner.requestPass()
 	for runner.next(ctx); e.rec.PassRunning(); runner.next(ctx) {
 	}
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), "-A -t 10.96.0.10:80 -s nq")
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.10:80 -s nq")
 	if w := k.writes(); w["UpdateVirtualServer"] != 1 || w["DeleteVirtualServer"] != 0 {
 		t.Errorf("switching to the loaded scheduler wrote %v, want one in-place update", w)
 	}

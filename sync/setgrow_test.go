@@ -30,14 +30,9 @@ func TestSetsGrowBySwapWithoutMissingEntries(t *testing.T) {
 	var grown []string
 	e.rec.OnSetGrown = func(set string, max uint32) { grown = append(grown, fmt.Sprintf("%s %d", set, max)) }
 	model := &setModel{}
-	k.ipset.Inject = func(verb, set string, en *ipset.Entry) error {
-		op := setOp{verb: verb, set: set}
-		if en != nil {
-			op.e = *en
-		}
-		model.ops = append(model.ops, op)
-		return nil
-	}
+	k.IPSet.Record(func(verb string, c ipset.Call) {
+		model.ops = append(model.ops, setOp{verb: verb, set: c.Set, e: c.Entry})
+	})
 
 	// 70,000 ClusterIP ports: 700 services with 100 ports each, more than
 	// kube-proxy's maxelem of 65,536.
@@ -52,13 +47,13 @@ func TestSetsGrowBySwapWithoutMissingEntries(t *testing.T) {
 			t.Fatalf("service %d: %v", i, err)
 		}
 	}
-	if got := len(k.ipset.Entries(owned.SetClusterIP)); got != services*ports {
+	if got := len(k.IPSet.Entries(owned.SetClusterIP)); got != services*ports {
 		t.Fatalf("KUBE-CLUSTER-IP holds %d entries, want %d", got, services*ports)
 	}
 	if fmt.Sprint(grown) != "[KUBE-CLUSTER-IP 131072]" {
 		t.Errorf("growths: %v", grown)
 	}
-	sets, _ := k.ipset.ListSets()
+	sets, _ := k.IPSet.ListSets()
 	for _, s := range sets {
 		if s.Name == growTempSet {
 			t.Errorf("temporary set %s left behind", growTempSet)
@@ -84,26 +79,26 @@ func (m *setModel) check(t *testing.T, active string) {
 	}
 	for i, op := range m.ops {
 		switch op.verb {
-		case ipset.VerbAdd:
+		case ipset.VerbAddEntry:
 			get(op.set)[op.e] = true
 			if op.set == active {
 				added[op.e] = true
 			}
-		case ipset.VerbDel:
+		case ipset.VerbDeleteEntry:
 			delete(get(op.set), op.e)
 			if op.set == active {
 				delete(added, op.e)
 			}
-		case ipset.VerbDestroy:
+		case ipset.VerbDestroySet:
 			delete(m.sets, op.set)
-		case ipset.VerbSwap:
+		case ipset.VerbSwapSets:
 			m.swapped++
-			// SwapSets(a, b): Inject sees a; b is the active set here.
+			// SwapSets(a, b): Record sees a; b is the active set here.
 			m.sets[op.set], m.sets[active] = get(active), get(op.set)
 		}
 		// Adds and deletes of the active set are mirrored in added; only a
 		// swap or a destroy can lose entries behind its back.
-		if op.verb == ipset.VerbSwap || op.verb == ipset.VerbDestroy && op.set == active {
+		if op.verb == ipset.VerbSwapSets || op.verb == ipset.VerbDestroySet && op.set == active {
 			for en := range added {
 				if !m.sets[active][en] {
 					t.Fatalf("after op %d (%s %s) the active set lacks %v", i, op.verb, op.set, en)

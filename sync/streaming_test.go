@@ -24,7 +24,7 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 		e.apply(manyService(i, 3))
 	}
 	restarted := newEngine(t, k)
-	k.resetCounts()
+	k.ResetCounts()
 	must(t, restarted.rec.BeginAdoption())
 	for i := 0; i < 20; i++ {
 		s, sl := manyService(i, 3)
@@ -57,7 +57,7 @@ func TestStreamingForgetsWhatItRemoved(t *testing.T) {
 	applyWeb(restarted, "10.244.1.1", "10.244.1.2") // adopted
 	applyWeb(restarted, "10.244.1.1")               // 10.244.1.2 deleted from the kernel
 	applyWeb(restarted, "10.244.1.1", "10.244.1.2") // and back: must be added again
-	assertText(t, "ipvsadm -Sn", k.ipvs.String(), `
+	assertText(t, "ipvsadm -Sn", k.IPVS.String(), `
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.1:80 -m -w 1
 -a -t 10.96.0.10:80 -r 10.244.1.2:80 -m -w 1
@@ -69,21 +69,21 @@ func TestStreamingForgetsWhatItRemoved(t *testing.T) {
 func TestRunnerProgramsBeforeInformersSynced(t *testing.T) {
 	h := startRunnerWithSync(t, time.Hour)
 	stale := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.9.9"), Protocol: ipvs.TCP, Port: 80}, Scheduler: "rr"}
-	must(t, h.k.ipvs.AddVirtualServer(stale))
-	must(t, h.k.dummy.AddAddress(stale.Address))
+	must(t, h.k.IPVS.AddVirtualServer(stale))
+	must(t, h.k.Dummy.AddAddress(stale.Address))
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	// A stale VS on one of our addresses, left by a previous run: it
 	// must survive until the informers have synced.
 	eventually(t, "the service programmed before the informers synced", func() bool {
-		return strings.Contains(h.k.ipvs.String(), "-a -t 10.96.0.10:80 -r 10.244.1.5:8080")
+		return strings.Contains(h.k.IPVS.String(), "-a -t 10.96.0.10:80 -r 10.244.1.5:8080")
 	})
-	if !strings.Contains(h.k.ipvs.String(), "10.96.9.9:80") {
+	if !strings.Contains(h.k.IPVS.String(), "10.96.9.9:80") {
 		t.Fatal("pruned before the informers synced")
 	}
 	h.synced.Store(true)
 	eventually(t, "the stale VS pruned by the first full pass", func() bool {
-		return !strings.Contains(h.k.ipvs.String(), "10.96.9.9:80")
+		return !strings.Contains(h.k.IPVS.String(), "10.96.9.9:80")
 	})
 }
 
