@@ -2,9 +2,12 @@
 //
 // It speaks in the language of ipvsadm: a virtual server is an
 // address:port/protocol with a scheduler, a real server is a backend
-// address:port with a weight. The netlink implementation (Handle) wraps
-// moby/ipvs; Fake is an in-memory kernel whose String() prints what
-// `ipvsadm -Sn` prints, so tests read like an operator's terminal.
+// address:port with a weight. The netlink implementation (Handle) sends
+// its own generic netlink requests for every read and write of virtual
+// and real servers (dump_linux.go, write_linux.go) and leaves moby/ipvs
+// only the global timeouts; Fake is an in-memory kernel whose String()
+// prints what `ipvsadm -Sn` prints, so tests read like an operator's
+// terminal.
 package ipvs
 
 import (

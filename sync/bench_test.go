@@ -100,7 +100,7 @@ func newBenchCluster(n int) *benchCluster {
 func (c *benchCluster) want() map[string]*ServiceState {
 	out := make(map[string]*ServiceState, len(c.keys))
 	for i, k := range c.keys {
-		st, _ := BuildService(c.services[i], c.slices[i], &testConfig)
+		st := Build(c.services[i], c.slices[i], &testConfig).State
 		out[k] = &st
 	}
 	return out
@@ -171,7 +171,7 @@ func cachedBenchNode(tb testing.TB, n int) *benchNode {
 // sync builds key's state from svc and slices and syncs it: the work the
 // Runner does for one changed key (minus the tracker read).
 func (nd *benchNode) sync(tb testing.TB, key string, s *v1.Service, sl []*discovery.EndpointSlice) {
-	st, _ := BuildService(s, sl, &testConfig)
+	st := Build(s, sl, &testConfig).State
 	if err := nd.rec.Sync(key, &st); err != nil {
 		tb.Fatalf("sync %s: %v", key, err)
 	}
@@ -224,7 +224,7 @@ func forEachSize(b *testing.B, f func(b *testing.B, n int)) {
 // BenchmarkFullSyncInitial is the first full pass of a new node: build
 // every service's state and program a fresh, empty kernel (FullSync:
 // read the kernel, adopt nothing, sync every key, prune nothing).
-// build-ns/op is the share of BuildService.
+// build-ns/op is the share of Build.
 func BenchmarkFullSyncInitial(b *testing.B) {
 	forEachSize(b, func(b *testing.B, n int) {
 		c := cachedBenchNode(b, n).cluster
@@ -278,7 +278,7 @@ func BenchmarkFullSyncNoDrift(b *testing.B) {
 }
 
 // BenchmarkEndpointChange is one endpoint added to or removed from one
-// service (alternately), with n services programmed: BuildService for the
+// service (alternately), with n services programmed: Build for the
 // changed key and Reconciler.Sync. Expect 1 write and 0 dumps per op.
 func BenchmarkEndpointChange(b *testing.B) {
 	forEachSize(b, func(b *testing.B, n int) {
@@ -304,7 +304,7 @@ func BenchmarkEndpointChange(b *testing.B) {
 }
 
 // BenchmarkServiceChange is one service added or deleted (alternately),
-// with n services programmed: BuildService for that key and
+// with n services programmed: Build for that key and
 // Reconciler.Sync. An add writes the address, the virtual server, its 10
 // real servers and its set entries; a delete removes the virtual server
 // (the kernel drops its real servers), the address and the entries.

@@ -47,7 +47,7 @@ type Config struct {
 	ExcludeCIDRs []netip.Prefix
 }
 
-// Built is everything BuildService derives from one service.
+// Built is everything Build derives from one service.
 type Built struct {
 	State    ServiceState
 	Problems []string // one line each; reported as a Warning Event
@@ -58,13 +58,6 @@ type Built struct {
 	// externalTrafficPolicy=Local; LocalEndpoints is what it reports.
 	HealthCheckNodePort uint16
 	LocalEndpoints      int
-}
-
-// BuildService computes every kernel object svc needs, given the
-// EndpointSlices that belong to it. See Build.
-func BuildService(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) (ServiceState, []string) {
-	b := Build(svc, slices, cfg)
-	return b.State, b.Problems
 }
 
 // Build computes every kernel object svc needs, given the EndpointSlices

@@ -192,8 +192,8 @@ func checkChange(t *testing.T, nd *benchNode, c guardChange) {
 	t.Helper()
 	s0, sl0 := c.before()
 	s1, sl1 := c.after()
-	oldSt, _ := BuildService(s0, sl0, &testConfig)
-	newSt, _ := BuildService(s1, sl1, &testConfig)
+	oldSt := Build(s0, sl0, &testConfig).State
+	newSt := Build(s1, sl1, &testConfig).State
 	allowed := objectsOf(oldSt, newSt)
 
 	nd.k.ResetCounts()
@@ -267,8 +267,8 @@ func TestGuardCatchesForeignWritesAndDumps(t *testing.T) {
 	nd := newBenchNode(t, 3)
 	s0, sl0 := benchObjects(0, 10)
 	s1, sl1 := benchObjects(1, 10)
-	mine, _ := BuildService(s0, sl0, &testConfig)
-	other, _ := BuildService(s1, sl1, &testConfig)
+	mine := Build(s0, sl0, &testConfig).State
+	other := Build(s1, sl1, &testConfig).State
 	allowed := objectsOf(mine)
 
 	calls, stop := recordCalls(nd.k)

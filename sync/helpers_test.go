@@ -144,7 +144,7 @@ func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
 }
 
 func (e *engine) want(key string) *ServiceState {
-	st, _ := BuildService(e.services[key], e.slices[key], &e.cfg)
+	st := Build(e.services[key], e.slices[key], &e.cfg).State
 	return &st
 }
 

@@ -39,7 +39,7 @@ func BenchmarkRetainedMemory(b *testing.B) {
 				held := struct{ rec *Reconciler }{NewReconciler(k.Kernel(), ownedSetNames(), nil)}
 				for _, key := range c.keys {
 					svc, sl := tr.Get(key)
-					st, _ := BuildService(svc, sl, &testConfig)
+					st := Build(svc, sl, &testConfig).State
 					if err := held.rec.Sync(key, &st); err != nil {
 						b.Fatal(err)
 					}

@@ -61,7 +61,8 @@ func TestSkippedServices(t *testing.T) {
 	external.Spec.Type = v1.ServiceTypeExternalName
 	external.Spec.ExternalName = "example.com"
 	for _, s := range []*v1.Service{headless, external} {
-		st, problems := BuildService(s, nil, &testConfig)
+		b := Build(s, nil, &testConfig)
+		st, problems := b.State, b.Problems
 		if !st.Empty() || len(problems) != 0 {
 			t.Errorf("%s: want nothing programmed and no problem, got %+v %v", s.Name, st, problems)
 		}
@@ -81,13 +82,13 @@ func TestTerminatingEndpointsUsedOnlyWhenNoneReady(t *testing.T) {
 	s := svc("default", "web", "10.96.0.10", "80")
 	ready := slice("default", "web", "a", "", 80, v1.ProtocolTCP,
 		ep{ip: "10.244.1.1"}, ep{ip: "10.244.1.2", notReady: true, terminating: true})
-	st, _ := BuildService(s, []*discovery.EndpointSlice{ready}, &testConfig)
+	st := Build(s, []*discovery.EndpointSlice{ready}, &testConfig).State
 	if got := realsOf(st); got != "[10.244.1.1:80]" {
 		t.Errorf("with a ready endpoint: %s", got)
 	}
 	allTerm := slice("default", "web", "a", "", 80, v1.ProtocolTCP,
 		ep{ip: "10.244.1.2", notReady: true, terminating: true}, ep{ip: "10.244.1.3", notReady: true})
-	st, _ = BuildService(s, []*discovery.EndpointSlice{allTerm}, &testConfig)
+	st = Build(s, []*discovery.EndpointSlice{allTerm}, &testConfig).State
 	if got := realsOf(st); got != "[10.244.1.2:80]" {
 		t.Errorf("with only terminating endpoints: %s", got)
 	}
@@ -200,7 +201,8 @@ func TestAffinityAndSchedulerUpdateInPlace(t *testing.T) {
 func TestBadSchedulerAnnotationFallsBackWithProblem(t *testing.T) {
 	s := svc("default", "web", "10.96.0.10", "80")
 	s.Annotations = map[string]string{AnnotationScheduler: "fastest"}
-	st, problems := BuildService(s, nil, &testConfig)
+	b := Build(s, nil, &testConfig)
+	st, problems := b.State, b.Problems
 	if st.VirtualServers[0].VS.Scheduler != "rr" || len(problems) != 1 {
 		t.Errorf("scheduler %q problems %q", st.VirtualServers[0].VS.Scheduler, problems)
 	}

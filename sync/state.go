@@ -3,7 +3,7 @@
 //
 // The flow is: informer events mark a service key dirty (Tracker); for a
 // dirty key the desired kernel objects are computed by a pure function
-// (BuildService); the Reconciler diffs them against what it last applied
+// (Build); the Reconciler diffs them against what it last applied
 // for that key and issues only the difference; the Runner batches dirty
 // keys, retries failed ones with backoff, and every sync period runs a full
 // pass that reads the kernel once and repairs drift.

@@ -1,5 +1,7 @@
 // Package nlconn is the netlink request/reply connection the kernel
-// adapters (ipvs, ipset, dummyif) read their dumps with.
+// adapters (ipvs, ipset, dummyif) send every write (Execute: one send
+// and one receive, into a reused buffer) and read every dump (Dump)
+// with.
 //
 // A full pass on a large node dumps 100,000 virtual servers, a million
 // real servers and sets of as many entries. The libraries the adapters
