@@ -4,10 +4,8 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -43,7 +41,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	maps.Copy(failed, r.syncKeys(affected))
 	passFinished, nodeErr := r.stepFullPass(passWanted, start, failed)
 	r.learnMissingSchedulers(failed)
-	r.reportConflicts(failed)
+	r.rep.reportConflicts(failed)
 	r.clearStaleFlows()
 	end := r.clock.Now()
 	r.requeueFailed(keys, failed)
@@ -66,7 +64,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 			r.lastQueued.CompareAndSwap(0, queuedAt)
 		}
 	}
-	r.noteServiceFailures(append(keys, affected...), failed)
+	r.rep.serviceFailures(append(keys, affected...), failed)
 	r.metrics.synced(passFinished, start, end, queuedAt, failures, nodeOK, r.queue.Len())
 	if len(keys) == 0 {
 		return // a step of a pass: nothing to coalesce
@@ -152,48 +150,19 @@ func (r *Runner) clearStaleFlows() {
 	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
-type noLocal struct{ internal, external bool }
-
 // build computes one service's desired state, reports its problems, and
 // passes on what the health checks and metrics need.
 func (r *Runner) build(key string) *ServiceState {
 	svc, slices := r.tracker.Get(key)
 	b := Build(svc, slices, &r.cfg.Build)
-	r.report(key, svc, b.Problems)
+	r.rep.problems(key, svc, b.Problems)
 	if r.cfg.HealthChecks != nil {
 		if err := r.cfg.HealthChecks.Update(key, b.HealthCheckNodePort, b.LocalEndpoints); err != nil {
 			klog.ErrorS(err, "Health check server", "service", key)
 		}
 	}
-	nl := noLocal{b.NoLocalInternal, b.NoLocalExternal}
-	if nl != r.noLocal[key] {
-		if nl == (noLocal{}) {
-			delete(r.noLocal, key)
-		} else {
-			r.noLocal[key] = nl
-		}
-		r.metrics.noLocalEndpoints(r.noLocal)
-	}
+	r.rep.localEndpoints(key, noLocal{b.NoLocalInternal, b.NoLocalExternal})
 	return &b.State
-}
-
-// report emits one Warning Event per distinct set of problems of a
-// service, so a bad Service is told once, not on every sync.
-func (r *Runner) report(key string, svc *v1.Service, problems []string) {
-	msg := strings.Join(problems, "; ")
-	prev, _ := r.reported.Load(key)
-	if prev == msg || (prev == nil && msg == "") {
-		return
-	}
-	if msg == "" || svc == nil {
-		r.reported.Delete(key)
-		return
-	}
-	r.reported.Store(key, msg)
-	klog.InfoS("Service has problems; skipping what is wrong", "service", key, "problems", msg)
-	if r.cfg.Events != nil {
-		r.cfg.Events.Warning(svc, "IPVSProxyInvalidService", msg)
-	}
 }
 
 func (r *Runner) syncKeys(keys []string) map[string]error {

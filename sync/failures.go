@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	gosync "sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
@@ -17,13 +21,70 @@ const ReasonSyncFailed = "IPVSProxySyncFailed"
 // refused real servers must not post a megabyte-long Event.
 const maxEventMessage = 1000
 
-// noteServiceFailures keeps the record of the services whose sync fails.
+// reporter tells a Service's owner, in Warning Events, what is wrong with
+// it — its problems, its failing sync, its conflicts — once per distinct
+// message, and keeps the per-service gauges that go with them. It is the
+// runner's only writer of Events.
+type reporter struct {
+	events  EventSink // nil: log only
+	tracker *Tracker
+	metrics *Metrics
+
+	reported gosync.Map // service key → last problems reported
+	// failing: service key → the text of its last sync error, while its
+	// sync fails. A Warning Event is posted when the text changes.
+	failing   map[string]string
+	conflicts map[string]string // service key → last conflicts reported
+	noLocal   map[string]noLocal
+}
+
+func newReporter(events EventSink, t *Tracker, m *Metrics) *reporter {
+	return &reporter{events: events, tracker: t, metrics: m,
+		failing: map[string]string{}, conflicts: map[string]string{}, noLocal: map[string]noLocal{}}
+}
+
+type noLocal struct{ internal, external bool }
+
+// problems emits one Warning Event per distinct set of problems of a
+// service, so a bad Service is told once, not on every sync.
+func (r *reporter) problems(key string, svc *v1.Service, problems []string) {
+	msg := strings.Join(problems, "; ")
+	prev, _ := r.reported.Load(key)
+	if prev == msg || (prev == nil && msg == "") {
+		return
+	}
+	if msg == "" || svc == nil {
+		r.reported.Delete(key)
+		return
+	}
+	r.reported.Store(key, msg)
+	klog.InfoS("Service has problems; skipping what is wrong", "service", key, "problems", msg)
+	if r.events != nil {
+		r.events.Warning(svc, "IPVSProxyInvalidService", msg)
+	}
+}
+
+// localEndpoints notes whether a Local traffic policy left key with no
+// backend on this node, for the no-local-endpoints gauges.
+func (r *reporter) localEndpoints(key string, nl noLocal) {
+	if nl == r.noLocal[key] {
+		return
+	}
+	if nl == (noLocal{}) {
+		delete(r.noLocal, key)
+	} else {
+		r.noLocal[key] = nl
+	}
+	r.metrics.noLocalEndpoints(r.noLocal)
+}
+
+// serviceFailures keeps the record of the services whose sync fails.
 // A service enters it with a Warning Event, gets another only when its
 // error changes (its retries, every 0.5 s to 2 min, post nothing: a
 // permanent failure must not flood the API server), and leaves it when a
 // sync of it succeeds. Every failed key is queued again, so a failing key
 // is always synced again and so always leaves the record in the end.
-func (r *Runner) noteServiceFailures(keys []string, failed map[string]error) {
+func (r *reporter) serviceFailures(keys []string, failed map[string]error) {
 	for _, k := range keys {
 		if failed[k] == nil {
 			delete(r.failing, k)
@@ -35,7 +96,7 @@ func (r *Runner) noteServiceFailures(keys []string, failed map[string]error) {
 	r.metrics.servicesFailing(len(r.failing))
 }
 
-func (r *Runner) warnSyncFailed(key string, err error) {
+func (r *reporter) warnSyncFailed(key string, err error) {
 	// A conflict names the Service that holds the virtual server, maybe
 	// another tenant's: reportConflicts words it without the name.
 	if err = dropConflicts(err); err == nil {
@@ -54,10 +115,10 @@ func (r *Runner) warnSyncFailed(key string, err error) {
 		return // its retry falls back to the default scheduler, with a Warning of its own
 	}
 	svc, _ := r.tracker.Get(key)
-	if svc == nil || r.cfg.Events == nil {
+	if svc == nil || r.events == nil {
 		return // being deleted: nobody to tell
 	}
-	r.cfg.Events.Warning(svc, ReasonSyncFailed, "programming this Service failed; retrying with backoff: "+msg)
+	r.events.Warning(svc, ReasonSyncFailed, "programming this Service failed; retrying with backoff: "+msg)
 }
 
 // dropConflicts returns err without its ConflictErrors (nil if nothing
@@ -83,7 +144,7 @@ func dropConflicts(err error) error {
 // one programs, once per distinct set of conflicts, in a Warning Event.
 // The owner is only logged: it may be another tenant's Service. A key is
 // told again after a sync that had no conflict.
-func (r *Runner) reportConflicts(failed map[string]error) {
+func (r *reporter) reportConflicts(failed map[string]error) {
 	for k := range r.conflicts {
 		if !errors.Is(failed[k], ErrConflict) {
 			delete(r.conflicts, k)
@@ -95,8 +156,8 @@ func (r *Runner) reportConflicts(failed map[string]error) {
 			continue
 		}
 		r.conflicts[k] = msg
-		if svc, _ := r.tracker.Get(k); svc != nil && r.cfg.Events != nil {
-			r.cfg.Events.Warning(svc, "IPVSProxyConflict", msg)
+		if svc, _ := r.tracker.Get(k); svc != nil && r.events != nil {
+			r.events.Warning(svc, "IPVSProxyConflict", msg)
 		}
 	}
 }

@@ -24,20 +24,14 @@ func (f NodeFacts) ApplyTo(c *Config) {
 // change: every service, as topology hints may route differently), like
 // any other change: no kernel read, no full pass to wait for.
 func (r *Runner) UpdateNode(f NodeFacts) {
-	r.nodeMu.Lock()
-	r.nodeUpdates = append(r.nodeUpdates, f)
-	r.nodeMu.Unlock()
 	r.lastQueued.CompareAndSwap(0, r.clock.Now().UnixNano())
-	signal(r.nodeChanged)
+	r.ev.addNodeUpdate(f)
 }
 
 // applyNodeUpdates applies the pending node updates and returns the keys
 // of the services whose desired state they may change.
 func (r *Runner) applyNodeUpdates() []string {
-	r.nodeMu.Lock()
-	updates := r.nodeUpdates
-	r.nodeUpdates = nil
-	r.nodeMu.Unlock()
+	updates := r.ev.takeNodeUpdates()
 	if len(updates) == 0 {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -24,6 +23,8 @@ type Op struct {
 // difference. Its parts each have one job:
 //   - record: what the kernel accepted per key, with the shared objects'
 //     reference counts and each virtual server's owner (record.go);
+//   - writer: one service's kernel writes, each recorded only when the
+//     kernel accepted it (write.go);
 //   - kernelSnapshot: one read of the kernel, for adoption and the full
 //     pass's prune, kept true by the record's changes (snapshot.go);
 //   - drainer: retiring real servers, graceful termination (drain.go);
@@ -49,6 +50,7 @@ type Reconciler struct {
 	sets      []string // the sets whose entries ipvsproxy owns
 
 	rec   *record
+	write *writer
 	drain *drainer
 	grow  *setGrower
 	// startup is the start-up read (BeginAdoption) that Adopt adopts from,
@@ -73,6 +75,7 @@ func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *
 			r.OnSetGrown(set, maxElem)
 		}
 	}}
+	r.write = &writer{kernel: k, rec: r.rec, drain: r.drain, grow: r.grow, observe: r.observe}
 	return r
 }
 
@@ -120,7 +123,7 @@ func (r *Reconciler) Sync(key string, want *ServiceState) error {
 		want = &ServiceState{}
 	}
 	want, conflicts := r.withoutConflicts(key, want)
-	return errors.Join(r.apply(key, want), conflicts)
+	return errors.Join(r.write.apply(key, want), conflicts)
 }
 
 // withoutConflicts returns want minus what another key owns: each virtual
@@ -162,88 +165,4 @@ func (r *Reconciler) withoutConflicts(key string, want *ServiceState) (*ServiceS
 		})
 	})
 	return out, errors.Join(errs...)
-}
-
-// apply is Sync for a want without conflicts.
-func (r *Reconciler) apply(key string, want *ServiceState) error {
-	have := r.rec.of(key)
-	if have.equal(want) {
-		return nil // the common case of a full pass with no drift: no allocation
-	}
-	var errs []error
-	got := &ServiceState{
-		Addresses:      make([]netip.Addr, 0, len(want.Addresses)),
-		VirtualServers: make([]VirtualServerState, 0, len(want.VirtualServers)),
-		Entries:        make([]owned.SetEntry, 0, len(want.Entries)),
-	}
-
-	// Bind new addresses first, so a new virtual server answers at once.
-	var unbind []netip.Addr
-	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
-		func(a netip.Addr) { unbind = append(unbind, a) },
-		func(a netip.Addr) {
-			if err := r.bind(a); err != nil {
-				errs = append(errs, err)
-				return
-			}
-			got.Addresses = append(got.Addresses, a)
-		},
-		func(a, _ netip.Addr) { got.Addresses = append(got.Addresses, a) })
-
-	sorted.Walk(have.VirtualServers, want.VirtualServers, compareVSS,
-		func(o VirtualServerState) {
-			if err := r.deleteVS(key, o); err != nil {
-				errs = append(errs, err)
-				got.VirtualServers = append(got.VirtualServers, o)
-			}
-		},
-		func(n VirtualServerState) {
-			s, added, err := r.addVS(key, n)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			if added {
-				got.VirtualServers = append(got.VirtualServers, s)
-			}
-		},
-		func(o, n VirtualServerState) {
-			s, err := r.updateVS(o, n)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			got.VirtualServers = append(got.VirtualServers, s)
-		})
-
-	sorted.Walk(have.Entries, want.Entries, owned.CompareSetEntries,
-		func(e owned.SetEntry) {
-			if err := r.removeEntry(e); err != nil {
-				errs = append(errs, err)
-				got.Entries = append(got.Entries, e)
-			}
-		},
-		func(e owned.SetEntry) {
-			if err := r.addEntry(e); err != nil {
-				errs = append(errs, err)
-				return
-			}
-			got.Entries = append(got.Entries, e)
-		},
-		func(e, _ owned.SetEntry) { got.Entries = append(got.Entries, e) })
-
-	// Unbind last: the virtual servers on these addresses are gone by now.
-	kept := false
-	for _, a := range unbind {
-		if err := r.unbind(a); err != nil {
-			errs = append(errs, err)
-			got.Addresses = append(got.Addresses, a)
-			kept = true
-		}
-	}
-	if kept {
-		slices.SortFunc(got.Addresses, netip.Addr.Compare)
-	}
-	// A service whose removal failed keeps the entries it could not drop,
-	// in the order the merge walk produced them, which is already sorted.
-	r.rec.store(key, have, got)
-	return errors.Join(errs...)
 }

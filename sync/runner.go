@@ -76,20 +76,9 @@ type Runner struct {
 	queue       workqueue.TypedInterface[string]   // changed service keys
 	retry       workqueue.TypedRateLimiter[string] // per-key backoff
 	passBackoff workqueue.TypedRateLimiter[string] // backoff of failed passes
-	wake        chan struct{}                      // a key was queued
-	passWanted  chan struct{}                      // a full pass is wanted
-	drainDue    chan struct{}                      // draining servers are due a sweep
-	nodeChanged chan struct{}                      // node updates wait in nodeUpdates
+	ev          *events
 
-	reported gosync.Map // service key → last problems reported, to deduplicate events
-	// failing: service key → the text of its last sync error, while its
-	// sync fails. A Warning Event is posted when the text changes.
-	failing   map[string]string
-	conflicts map[string]string // service key → last conflicts reported
-	noLocal   map[string]noLocal
-
-	nodeMu      gosync.Mutex
-	nodeUpdates []NodeFacts // applied by the sync loop at its next batch
+	rep *reporter
 
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last batch without a node-wide failure
@@ -131,20 +120,50 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		tracker:     t,
 		rec:         rec,
 		metrics:     m,
-		noLocal:     map[string]noLocal{},
-		failing:     map[string]string{},
-		conflicts:   map[string]string{},
+		rep:         newReporter(cfg.Events, t, m),
 		queue:       workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "ipvsproxy", Clock: cfg.Clock}),
 		retry:       workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		passBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
-		wake:        make(chan struct{}, 1),
-		passWanted:  make(chan struct{}, 1),
-		drainDue:    make(chan struct{}, 1),
-		nodeChanged: make(chan struct{}, 1),
+		ev:          newEvents(),
 	}
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
 	return r
+}
+
+// events are what reaches the sync loop besides the queued keys: each is
+// set without blocking (one pending is as good as many) and taken by the
+// next batch.
+type events struct {
+	wake        chan struct{} // a key was queued
+	passWanted  chan struct{} // a full pass is wanted
+	drainDue    chan struct{} // draining servers are due a sweep
+	nodeChanged chan struct{} // node updates wait in nodeUpdates
+
+	nodeMu      gosync.Mutex
+	nodeUpdates []NodeFacts // applied by the sync loop at its next batch
+}
+
+func newEvents() *events {
+	return &events{wake: make(chan struct{}, 1), passWanted: make(chan struct{}, 1),
+		drainDue: make(chan struct{}, 1), nodeChanged: make(chan struct{}, 1)}
+}
+
+// addNodeUpdate keeps f for the next batch.
+func (e *events) addNodeUpdate(f NodeFacts) {
+	e.nodeMu.Lock()
+	e.nodeUpdates = append(e.nodeUpdates, f)
+	e.nodeMu.Unlock()
+	signal(e.nodeChanged)
+}
+
+// takeNodeUpdates returns and forgets the node updates kept so far.
+func (e *events) takeNodeUpdates() []NodeFacts {
+	e.nodeMu.Lock()
+	defer e.nodeMu.Unlock()
+	u := e.nodeUpdates
+	e.nodeUpdates = nil
+	return u
 }
 
 // signal sets an event without blocking: one pending is as good as many.
@@ -164,11 +183,11 @@ func (r *Runner) changed(key string, endpoints bool) {
 
 func (r *Runner) enqueue(key string) {
 	r.queue.Add(key)
-	signal(r.wake)
+	signal(r.ev.wake)
 }
 
 // requestPass asks for a full pass at the next batch.
-func (r *Runner) requestPass() { signal(r.passWanted) }
+func (r *Runner) requestPass() { signal(r.ev.passWanted) }
 
 // Run syncs until ctx is done. synced reports whether the informers have
 // delivered their initial lists. Before that, services are adopted and
@@ -232,7 +251,7 @@ func (r *Runner) tick(ctx context.Context) {
 		case <-full.C():
 			r.requestPass()
 		case <-drain.C():
-			signal(r.drainDue)
+			signal(r.ev.drainDue)
 		}
 	}
 }
@@ -260,19 +279,19 @@ func (r *Runner) next(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case <-r.wake:
-	case <-r.passWanted:
+	case <-r.ev.wake:
+	case <-r.ev.passWanted:
 		b.pass = true
-	case <-r.drainDue:
+	case <-r.ev.drainDue:
 		b.drain = true
-	case <-r.nodeChanged:
+	case <-r.ev.nodeChanged:
 		b.node = true
 	case <-step:
 	}
-	b.pass = b.pass || ready(r.passWanted)
-	b.drain = b.drain || ready(r.drainDue)
-	b.node = b.node || ready(r.nodeChanged)
-	ready(r.wake)
+	b.pass = b.pass || ready(r.ev.passWanted)
+	b.drain = b.drain || ready(r.ev.drainDue)
+	b.node = b.node || ready(r.ev.nodeChanged)
+	ready(r.ev.wake)
 	for r.queue.Len() > 0 {
 		k, quit := r.queue.Get()
 		if quit {

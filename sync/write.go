@@ -9,97 +9,191 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
+	"slices"
 )
 
-// The kernel writes of one Sync, each changing the record only when the
-// kernel accepted it.
+// writer makes the kernel writes of one Sync: it diffs a service's want
+// against its record and writes the difference, and changes the record
+// only for what the kernel accepted. Shared objects are written by their
+// first user and removed with their last (the record's reference counts).
+type writer struct {
+	kernel  owned.Kernel
+	rec     *record
+	drain   *drainer
+	grow    *setGrower
+	observe func(object, verb string, err error) error
+}
+
+// apply is Sync for a want without conflicts.
+func (w *writer) apply(key string, want *ServiceState) error {
+	have := w.rec.of(key)
+	if have.equal(want) {
+		return nil // the common case of a full pass with no drift: no allocation
+	}
+	var errs []error
+	got := &ServiceState{
+		Addresses:      make([]netip.Addr, 0, len(want.Addresses)),
+		VirtualServers: make([]VirtualServerState, 0, len(want.VirtualServers)),
+		Entries:        make([]owned.SetEntry, 0, len(want.Entries)),
+	}
+
+	// Bind new addresses first, so a new virtual server answers at once.
+	var unbind []netip.Addr
+	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
+		func(a netip.Addr) { unbind = append(unbind, a) },
+		func(a netip.Addr) {
+			if err := w.bind(a); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got.Addresses = append(got.Addresses, a)
+		},
+		func(a, _ netip.Addr) { got.Addresses = append(got.Addresses, a) })
+
+	sorted.Walk(have.VirtualServers, want.VirtualServers, compareVSS,
+		func(o VirtualServerState) {
+			if err := w.deleteVS(key, o); err != nil {
+				errs = append(errs, err)
+				got.VirtualServers = append(got.VirtualServers, o)
+			}
+		},
+		func(n VirtualServerState) {
+			s, added, err := w.addVS(key, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if added {
+				got.VirtualServers = append(got.VirtualServers, s)
+			}
+		},
+		func(o, n VirtualServerState) {
+			s, err := w.updateVS(o, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			got.VirtualServers = append(got.VirtualServers, s)
+		})
+
+	sorted.Walk(have.Entries, want.Entries, owned.CompareSetEntries,
+		func(e owned.SetEntry) {
+			if err := w.removeEntry(e); err != nil {
+				errs = append(errs, err)
+				got.Entries = append(got.Entries, e)
+			}
+		},
+		func(e owned.SetEntry) {
+			if err := w.addEntry(e); err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got.Entries = append(got.Entries, e)
+		},
+		func(e, _ owned.SetEntry) { got.Entries = append(got.Entries, e) })
+
+	// Unbind last: the virtual servers on these addresses are gone by now.
+	kept := false
+	for _, a := range unbind {
+		if err := w.unbind(a); err != nil {
+			errs = append(errs, err)
+			got.Addresses = append(got.Addresses, a)
+			kept = true
+		}
+	}
+	if kept {
+		slices.SortFunc(got.Addresses, netip.Addr.Compare)
+	}
+	// A service whose removal failed keeps the entries it could not drop,
+	// in the order the merge walk produced them, which is already sorted.
+	w.rec.store(key, have, got)
+	return errors.Join(errs...)
+}
 
 func compareVSS(a, b VirtualServerState) int {
 	return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey)
 }
 
-func (r *Reconciler) bind(a netip.Addr) error {
-	if r.rec.addrRefs[a] == 0 {
-		if err := r.observe("address", "add", r.kernel.Dummy.AddAddress(a)); err != nil {
+func (w *writer) bind(a netip.Addr) error {
+	if w.rec.addrRefs[a] == 0 {
+		if err := w.observe("address", "add", w.kernel.Dummy.AddAddress(a)); err != nil {
 			return err
 		}
 	}
-	r.rec.addrRefs[a]++
+	w.rec.addrRefs[a]++
 	return nil
 }
 
-func (r *Reconciler) unbind(a netip.Addr) error {
-	if r.rec.addrRefs[a] <= 1 {
-		if err := r.observe("address", "delete", r.kernel.Dummy.DeleteAddress(a)); err != nil {
+func (w *writer) unbind(a netip.Addr) error {
+	if w.rec.addrRefs[a] <= 1 {
+		if err := w.observe("address", "delete", w.kernel.Dummy.DeleteAddress(a)); err != nil {
 			return err
 		}
-		delete(r.rec.addrRefs, a)
+		delete(w.rec.addrRefs, a)
 		return nil
 	}
-	r.rec.addrRefs[a]--
+	w.rec.addrRefs[a]--
 	return nil
 }
 
-func (r *Reconciler) addEntry(e owned.SetEntry) error {
-	if r.rec.entryRefs[e] == 0 {
-		if err := r.grow.ensureCapacity(e.Set, r.rec.setSize[e.Set]+1); err != nil {
+func (w *writer) addEntry(e owned.SetEntry) error {
+	if w.rec.entryRefs[e] == 0 {
+		if err := w.grow.ensureCapacity(e.Set, w.rec.setSize[e.Set]+1); err != nil {
 			return err
 		}
-		err := r.kernel.IPSet.AddEntry(e.Set, e.Entry)
-		if spec, ok := r.grow.specs[e.Set]; ok && errors.Is(err, ipset.ErrHashFull) {
+		err := w.kernel.IPSet.AddEntry(e.Set, e.Entry)
+		if spec, ok := w.grow.specs[e.Set]; ok && errors.Is(err, ipset.ErrHashFull) {
 			// The kernel's set is smaller than we thought (made by kube-
 			// proxy or an older version, or re-created by hand): grow it
 			// past what it holds and retry.
-			if gerr := r.grow.grow(spec, 2*max(spec.MaxElem, ipset.DefaultMaxElem)); gerr == nil {
-				err = r.kernel.IPSet.AddEntry(e.Set, e.Entry)
+			if gerr := w.grow.grow(spec, 2*max(spec.MaxElem, ipset.DefaultMaxElem)); gerr == nil {
+				err = w.kernel.IPSet.AddEntry(e.Set, e.Entry)
 			}
 		}
-		if err := r.observe("set_entry", "add", err); err != nil {
+		if err := w.observe("set_entry", "add", err); err != nil {
 			return err
 		}
-		r.rec.setSize[e.Set]++
+		w.rec.setSize[e.Set]++
 	}
-	r.rec.entryRefs[e]++
+	w.rec.entryRefs[e]++
 	return nil
 }
 
-func (r *Reconciler) removeEntry(e owned.SetEntry) error {
-	if r.rec.entryRefs[e] <= 1 {
-		if err := r.observe("set_entry", "delete", r.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
+func (w *writer) removeEntry(e owned.SetEntry) error {
+	if w.rec.entryRefs[e] <= 1 {
+		if err := w.observe("set_entry", "delete", w.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
 			return err
 		}
-		delete(r.rec.entryRefs, e)
-		r.rec.setSize[e.Set]--
+		delete(w.rec.entryRefs, e)
+		w.rec.setSize[e.Set]--
 		return nil
 	}
-	r.rec.entryRefs[e]--
+	w.rec.entryRefs[e]--
 	return nil
 }
 
 // addVS creates a virtual server and its real servers. It reports whether
 // the virtual server now exists for key (it may, with only some of its real
 // servers, when an error is also returned).
-func (r *Reconciler) addVS(key string, n VirtualServerState) (VirtualServerState, bool, error) {
+func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bool, error) {
 	k := n.VS.ServiceKey
-	if owner, taken := r.rec.ownerOther(key, k); taken {
+	if owner, taken := w.rec.ownerOther(key, k); taken {
 		return VirtualServerState{}, false, &ConflictError{VS: k, Owner: owner}
 	}
-	err := r.kernel.IPVS.AddVirtualServer(n.VS)
+	err := w.kernel.IPVS.AddVirtualServer(n.VS)
 	if ipvs.IsExist(err) {
 		// Someone (or a failed earlier attempt) left it there: make it ours.
-		err = r.kernel.IPVS.UpdateVirtualServer(n.VS)
-		r.observe("virtual_server", "update", err)
+		err = w.kernel.IPVS.UpdateVirtualServer(n.VS)
+		w.observe("virtual_server", "update", err)
 	} else {
-		r.observe("virtual_server", "add", err)
+		w.observe("virtual_server", "add", err)
 	}
 	if err != nil {
 		return VirtualServerState{}, false, err
 	}
-	r.rec.vsOwner[k] = key
+	w.rec.vsOwner[k] = key
 	got := VirtualServerState{VS: n.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
 	var errs []error
 	for _, rs := range n.Reals {
-		if err := r.addReal(k, rs); err != nil {
+		if err := w.addReal(k, rs); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -111,17 +205,17 @@ func (r *Reconciler) addVS(key string, n VirtualServerState) (VirtualServerState
 // updateVS brings one existing virtual server from o to n: its attributes
 // in place (never delete and re-create, which would cut connections), then
 // its real servers.
-func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
+func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 	k := n.VS.ServiceKey
 	var errs []error
 	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
 	if !o.VS.Equal(n.VS) {
-		err := r.kernel.IPVS.UpdateVirtualServer(n.VS)
+		err := w.kernel.IPVS.UpdateVirtualServer(n.VS)
 		if ipvs.IsNotExist(err) {
-			err = r.kernel.IPVS.AddVirtualServer(n.VS)
-			r.observe("virtual_server", "add", err)
+			err = w.kernel.IPVS.AddVirtualServer(n.VS)
+			w.observe("virtual_server", "add", err)
 		} else {
-			r.observe("virtual_server", "update", err)
+			w.observe("virtual_server", "update", err)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -131,13 +225,13 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 	}
 	sorted.Walk(o.Reals, n.Reals, compareReal,
 		func(rs ipvs.RealServer) {
-			if err := r.drain.retire(k, rs); err != nil {
+			if err := w.drain.retire(k, rs); err != nil {
 				errs = append(errs, err)
 				got.Reals = append(got.Reals, rs)
 			}
 		},
 		func(rs ipvs.RealServer) {
-			if err := r.addReal(k, rs); err != nil {
+			if err := w.addReal(k, rs); err != nil {
 				errs = append(errs, err)
 				return
 			}
@@ -148,44 +242,44 @@ func (r *Reconciler) updateVS(o, n VirtualServerState) (VirtualServerState, erro
 				got.Reals = append(got.Reals, ors)
 				return
 			}
-			if err := r.observe("real_server", "update", r.kernel.IPVS.UpdateRealServer(k, nrs)); err != nil {
+			if err := w.observe("real_server", "update", w.kernel.IPVS.UpdateRealServer(k, nrs)); err != nil {
 				errs = append(errs, err)
 				got.Reals = append(got.Reals, ors)
 				return
 			}
-			r.drain.stop(k, nrs.RealKey)
+			w.drain.stop(k, nrs.RealKey)
 			got.Reals = append(got.Reals, nrs)
 		})
 	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
 		// Datagrams sent while the service had no backend may have left
 		// conntrack entries that would keep them from reaching the new one.
-		r.drain.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port})
+		w.drain.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port})
 	}
 	return got, errors.Join(errs...)
 }
 
-func (r *Reconciler) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
-	err := r.kernel.IPVS.AddRealServer(k, rs)
+func (w *writer) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
+	err := w.kernel.IPVS.AddRealServer(k, rs)
 	if ipvs.IsExist(err) {
 		// Typically a draining backend that came back: restore its weight.
-		r.drain.stop(k, rs.RealKey)
-		err = r.kernel.IPVS.UpdateRealServer(k, rs)
-		return r.observe("real_server", "update", err)
+		w.drain.stop(k, rs.RealKey)
+		err = w.kernel.IPVS.UpdateRealServer(k, rs)
+		return w.observe("real_server", "update", err)
 	}
-	return r.observe("real_server", "add", err)
+	return w.observe("real_server", "add", err)
 }
 
-func (r *Reconciler) deleteVS(key string, o VirtualServerState) error {
-	err := r.kernel.IPVS.DeleteVirtualServer(o.VS.ServiceKey)
+func (w *writer) deleteVS(key string, o VirtualServerState) error {
+	err := w.kernel.IPVS.DeleteVirtualServer(o.VS.ServiceKey)
 	if ipvs.IsNotExist(err) {
 		err = nil
 	}
-	if err := r.observe("virtual_server", "delete", err); err != nil {
+	if err := w.observe("virtual_server", "delete", err); err != nil {
 		return err
 	}
-	if r.rec.vsOwner[o.VS.ServiceKey] == key {
-		delete(r.rec.vsOwner, o.VS.ServiceKey)
+	if w.rec.vsOwner[o.VS.ServiceKey] == key {
+		delete(w.rec.vsOwner, o.VS.ServiceKey)
 	}
-	r.drain.forgetVS(o.VS.ServiceKey)
+	w.drain.forgetVS(o.VS.ServiceKey)
 	return nil
 }
