@@ -221,36 +221,28 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 	return true, res.Prune
 }
 
-// learnMissingSchedulers notes the schedulers the kernel refused in this
-// batch. The services that asked for one are retried (they failed), and
-// their retry builds them with the default scheduler and a Warning Event,
-// as for an unknown scheduler name.
+// learnMissingSchedulers hands the builder the schedulers the kernel
+// refused in this batch. The services that asked for one are retried
+// (they failed), and their retry builds them with the default scheduler
+// and a Warning Event, as for an unknown scheduler name.
 func (r *Runner) learnMissingSchedulers(failed map[string]error) {
 	for _, err := range failed {
-		name, ok := ipvs.MissingScheduler(err)
-		if !ok || name == r.cfg.Build.Scheduler || r.cfg.Build.MissingSchedulers[name] {
-			continue // the default was checked at start; nothing to fall back to
+		if name, ok := ipvs.MissingScheduler(err); ok {
+			r.cfg.Build.Note(SchedulerEvent{Name: name})
 		}
-		if r.cfg.Build.MissingSchedulers == nil {
-			r.cfg.Build.MissingSchedulers = map[string]bool{}
-		}
-		r.cfg.Build.MissingSchedulers[name] = true
-		klog.InfoS("IPVS scheduler not available in this kernel; services asking for it use the default",
-			"scheduler", name, "default", r.cfg.Build.Scheduler)
 	}
 }
 
-// forgetLoadedSchedulers takes back the schedulers whose module has been
-// loaded since the kernel refused them; the pass that follows rebuilds
-// every service with them.
+// forgetLoadedSchedulers tells the builder of the schedulers whose module
+// has been loaded since the kernel refused them; the pass that follows
+// rebuilds every service with them.
 func (r *Runner) forgetLoadedSchedulers() {
 	if r.cfg.SchedulerLoaded == nil {
 		return
 	}
 	for name := range r.cfg.Build.MissingSchedulers {
 		if r.cfg.SchedulerLoaded(name) {
-			delete(r.cfg.Build.MissingSchedulers, name)
-			klog.InfoS("IPVS scheduler loaded; services asking for it get it", "scheduler", name)
+			r.cfg.Build.Note(SchedulerEvent{Name: name, Loaded: true})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -38,13 +39,39 @@ type Config struct {
 	HostAddresses []netip.Addr
 	// MissingSchedulers are schedulers the kernel refused because their
 	// module is not loaded; a service asking for one gets the default,
-	// and a Warning, as for an unknown name.
+	// and a Warning, as for an unknown name. Note keeps it.
 	MissingSchedulers map[string]bool
 	// ExcludeCIDRs is --ipvs-exclude-cidrs: virtual servers and addresses
 	// there belong to someone else (keepalived, a hand-made LVS). A
 	// service address inside is never programmed, so never adopted,
 	// rewritten or deleted either, and the service gets a Warning.
 	ExcludeCIDRs []netip.Prefix
+}
+
+// SchedulerEvent tells the builder about a scheduler's kernel module: the
+// kernel refused the scheduler Name because its module is not loaded, or
+// (Loaded) it has been loaded since.
+type SchedulerEvent struct {
+	Name   string
+	Loaded bool
+}
+
+// Note applies a scheduler event to what the builder knows. The default
+// scheduler is never marked missing: it was checked at start, and there
+// would be nothing to fall back to.
+func (c *Config) Note(ev SchedulerEvent) {
+	switch {
+	case ev.Loaded && c.MissingSchedulers[ev.Name]:
+		delete(c.MissingSchedulers, ev.Name)
+		klog.InfoS("IPVS scheduler loaded; services asking for it get it", "scheduler", ev.Name)
+	case !ev.Loaded && ev.Name != c.Scheduler && !c.MissingSchedulers[ev.Name]:
+		if c.MissingSchedulers == nil {
+			c.MissingSchedulers = map[string]bool{}
+		}
+		c.MissingSchedulers[ev.Name] = true
+		klog.InfoS("IPVS scheduler not available in this kernel; services asking for it use the default",
+			"scheduler", ev.Name, "default", c.Scheduler)
+	}
 }
 
 // Built is everything Build derives from one service.
