@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -94,7 +96,9 @@ func TestConflictGivesOneWarning(t *testing.T) {
 	e := newEngine(t, k)
 	tracker := NewTracker()
 	events := &recordedEvents{}
-	runner := NewRunner(RunnerConfig{Build: testConfig, Events: events, RetryBase: time.Millisecond, RetryMax: time.Millisecond}, tracker, e.rec)
+	fc := clocktesting.NewFakeClock(time.Now()) // the retries come when the test steps it
+	runner := NewRunner(RunnerConfig{Build: testConfig, Events: events, RetryBase: time.Millisecond, RetryMax: time.Millisecond,
+		Clock: fc}, tracker, e.rec)
 	runner.informersSynced.Store(true)
 	tracker.ServiceHandler().OnAdd(svc("team-a", "a", "10.96.0.10", "80"), true)
 	ctx := context.Background()
@@ -103,7 +107,7 @@ func TestConflictGivesOneWarning(t *testing.T) {
 	b.Spec.ExternalIPs = []string{"10.96.0.10"}
 	tracker.ServiceHandler().OnAdd(b, true)
 	for i := 0; i < 3; i++ { // the first attempt and two retries
-		time.Sleep(2 * time.Millisecond)
+		fc.Step(time.Millisecond)
 		runner.next(ctx)
 	}
 	want := "b IPVSProxyConflict: virtual server tcp 10.96.0.10:80 is already programmed for another Service; nothing is written for it until that Service releases it"

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestMissingSchedulerFallsBackWithWarning: a Service asking for a
@@ -19,8 +21,9 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	tracker := NewTracker()
 	events := &recordedEvents{}
 	loaded := false
+	fc := clocktesting.NewFakeClock(time.Now()) // the retry comes when the test steps it
 	runner := NewRunner(RunnerConfig{Build: testConfig, Events: events, RetryBase: time.Millisecond, RetryMax: time.Millisecond,
-		SchedulerLoaded: func(name string) bool { return name == "nq" && loaded }}, tracker, e.rec)
+		SchedulerLoaded: func(name string) bool { return name == "nq" && loaded }, Clock: fc}, tracker, e.rec)
 	runner.informersSynced.Store(true) // as Run does once the informers have synced
 	s := svc("default", "web", "10.96.0.10", "80")
 	s.Annotations = map[string]string{AnnotationScheduler: "nq"}
@@ -31,6 +34,7 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	if got := k.IPVS.String(); got != "" {
 		t.Fatalf("the first attempt should have failed, got %q", got)
 	}
+	fc.Step(time.Millisecond)
 	runner.next(ctx) // the retry, 1 ms later
 	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.10:80 -s rr")
 	want := `web IPVSProxyInvalidService: annotation ipvsproxy.io/scheduler: scheduler "nq" is not available in this kernel (load the ip_vs_nq module); using "rr"`
