@@ -3,15 +3,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipsets"
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipvstext"
 	"github.com/moby/ipvs"
 )
 
@@ -19,12 +17,10 @@ import (
 // server "IP:port" → weight.
 type ipvsTable map[string]map[string]int
 
-// readIPVS parses /proc/net/ip_vs: one read of the whole table, no process
-// spawned, no per-virtual-server netlink request — cheap enough to poll
-// while a proxy programs thousands of virtual servers. Lines look like
-//
-//	TCP  0A600001:0050 rr
-//	  -> 0A800001:1F90      Masq    1      0          0
+// readIPVS parses /proc/net/ip_vs (ipvstext): one read of the whole
+// table, no process spawned, no per-virtual-server netlink request —
+// cheap enough to poll while a proxy programs thousands of virtual
+// servers.
 func readIPVS() (ipvsTable, error) {
 	data, err := os.ReadFile("/proc/net/ip_vs")
 	if err != nil {
@@ -32,43 +28,20 @@ func readIPVS() (ipvsTable, error) {
 	}
 	t := ipvsTable{}
 	var cur map[string]int
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) >= 2 && f[0] == "TCP":
+	err = ipvstext.Scan(bytes.NewReader(data),
+		func(ip uint32, port int, ok bool) {
 			cur = nil
-			if addr, ok := hexAddr(f[1]); ok {
+			if ok {
 				cur = map[string]int{}
-				t[addr] = cur
+				t[ipvstext.String(ip, port)] = cur
 			}
-		case len(f) >= 4 && f[0] == "->" && cur != nil:
-			addr, ok := hexAddr(f[1])
-			w, err := strconv.Atoi(f[3])
-			if ok && err == nil {
-				cur[addr] = w
+		},
+		func(ip uint32, port, weight int, ok bool) {
+			if ok && cur != nil {
+				cur[ipvstext.String(ip, port)] = weight
 			}
-		case len(f) >= 1 && (f[0] == "UDP" || f[0] == "SCTP" || f[0] == "FWM"):
-			cur = nil
-		}
-	}
-	return t, sc.Err()
-}
-
-// hexAddr turns "0A600001:0050" into "10.96.0.1:80"; IPv6 ("[…]:…") is
-// not ours and reports false.
-func hexAddr(s string) (string, bool) {
-	ip, port, ok := strings.Cut(s, ":")
-	if !ok || len(ip) != 8 {
-		return "", false
-	}
-	v, err1 := strconv.ParseUint(ip, 16, 32)
-	p, err2 := strconv.ParseUint(port, 16, 16)
-	if err1 != nil || err2 != nil {
-		return "", false
-	}
-	return fmt.Sprintf("%d.%d.%d.%d:%d", v>>24, v>>16&255, v>>8&255, v&255, p), true
+		})
+	return t, err
 }
 
 // progress is how much of the workload the kernel holds.
@@ -129,23 +102,9 @@ func measure(t ipvsTable, want map[string][]string) progress {
 	return p
 }
 
-// setEntries is the number of entries of an ipset ("ipset list -t"), -1
-// when the set does not exist yet.
-func setEntries(name string) int {
-	out, err := exec.Command("ipset", "list", "-t", name).Output()
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "Number of entries: "); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
+// setEntries is the number of entries of an ipset, -1 when the set does
+// not exist yet.
+func setEntries(name string) int { return ipsets.Entries(name) }
 
 // realWatcher polls one virtual server's real servers over netlink (one
 // GET_DEST dump of that virtual server, no process): the timing loop of

@@ -11,11 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
 )
 
 // result is one proxy's measurement at one size.
@@ -104,7 +104,7 @@ func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all 
 
 // saveMetrics keeps the proxy's /metrics (both serve kubeproxy_sync_*
 // histograms there): how long its syncs took explains the latencies.
-func saveMetrics(path string) { saveURL("http://127.0.0.1:10249/metrics", path) }
+func saveMetrics(path string) { saveURL(scrape.MetricsURL, path) }
 
 // saveURL keeps what url answers in path. Both proxies run with
 // --profiling, so their heap profiles (live and allocated bytes by
@@ -145,22 +145,16 @@ func waitFirstSync(c *config, px *proc.Process, begin time.Time, r *result) erro
 }
 
 func syncedAll() bool {
-	resp, err := http.Get("http://127.0.0.1:10249/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	m, err := scrape.Scrape(scrape.MetricsURL)
 	if err != nil {
 		return false
 	}
 	seen := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "kubeproxy_sync_proxy_rules_duration_seconds_count") {
+	for series, v := range m.Values {
+		if !strings.HasPrefix(series, "kubeproxy_sync_proxy_rules_duration_seconds_count") {
 			continue
 		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err != nil || v < 1 {
+		if v < 1 {
 			return false
 		}
 		seen++

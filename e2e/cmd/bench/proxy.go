@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
 )
 
 // proxySpec is one proxy under test: how to start it and how to clean the
@@ -24,17 +26,7 @@ type proxySpec struct {
 // Sync periods are each proxy's defaults
 // (both 30 s; the minimum is 1 s for kube-proxy, 0 for ipvsproxy).
 func specs(ipvsproxy, kubeProxy, kubeconfig, node string) []proxySpec {
-	common := []string{
-		"--kubeconfig", kubeconfig,
-		"--hostname-override", node,
-		"--cluster-cidr", "10.128.0.0/12",
-		"--nodeport-addresses", "10.10.0.0/24",
-		"--conntrack-max-per-core", "0",
-		"--healthz-bind-address", "127.0.0.1:10256",
-		"--metrics-bind-address", "127.0.0.1:10249",
-		"--profiling",
-		"-v", "2",
-	}
+	common := append(scrape.ProxyArgs(kubeconfig, node, "10.128.0.0/12"), "--profiling")
 	var out []proxySpec
 	if ipvsproxy != "" {
 		out = append(out, proxySpec{

@@ -5,15 +5,13 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipsets"
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipvstext"
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 )
@@ -178,86 +176,34 @@ func checkProcIPVS(path string, w *workload) (ipvsCheck, error) {
 
 func (w *workload) checkIPVSText(r *bufio.Reader) (ipvsCheck, error) {
 	k := w.newChecker()
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil && err != io.EOF {
-			return k.c, err
-		}
-		fl := strings.Fields(line)
-		switch {
-		case len(fl) >= 2 && fl[0] == "TCP":
-			ip, port, ok := hexAddrPort(fl[1])
-			k.virtual(ip, port, ok)
-		case len(fl) >= 4 && fl[0] == "->" && fl[1] != "RemoteAddress:Port":
-			ip, port, ok := hexAddrPort(fl[1])
-			weight, werr := strconv.Atoi(fl[3])
-			k.real(ip, port, weight, ok && werr == nil)
-		case len(fl) >= 1 && (fl[0] == "UDP" || fl[0] == "SCTP" || fl[0] == "FWM"):
-			k.virtual(0, 0, false)
-		}
-		if err == io.EOF {
-			return k.result(), nil
-		}
+	if err := ipvstext.Scan(r, k.virtual, k.real); err != nil {
+		return k.c, err
 	}
+	return k.result(), nil
 }
 
-// hexAddrPort turns "0A600001:0050" into its address and port; IPv6
-// ("[…]:…") reports false.
-func hexAddrPort(s string) (uint32, int, bool) {
-	ip, port, ok := strings.Cut(s, ":")
-	if !ok || len(ip) != 8 {
-		return 0, 0, false
-	}
-	v, err1 := strconv.ParseUint(ip, 16, 32)
-	p, err2 := strconv.ParseUint(port, 16, 16)
-	return uint32(v), int(p), err1 == nil && err2 == nil
-}
-
-// setInfo is one set's header from `ipset list -t`.
+// setInfo is one set's header from `ipset list -t`, with the entries the
+// workload expects in it.
 type setInfo struct {
-	Name     string `json:"name"`
-	Type     string `json:"type"`
-	Header   string `json:"header"`
-	Entries  int    `json:"entries"`
-	Expected int    `json:"expected"`
+	ipsets.Set
+	Expected int `json:"expected"`
 }
 
 // listSets runs `ipset list -t` (headers and entry counts only) and
 // returns its output and the sets in it.
 func listSets() (string, []setInfo, error) {
-	out, err := exec.Command("ipset", "list", "-t").CombinedOutput()
-	if err != nil {
-		return string(out), nil, fmt.Errorf("ipset list -t: %v: %s", err, out)
-	}
-	return string(out), parseSets(string(out)), nil
+	out, sets, err := ipsets.List()
+	return out, withExpected(sets), err
 }
 
-func parseSets(out string) []setInfo {
-	var sets []setInfo
-	for _, line := range strings.Split(out, "\n") {
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "Name":
-			sets = append(sets, setInfo{Name: v})
-		case "Type", "Header", "Number of entries":
-			if len(sets) == 0 {
-				continue
-			}
-			s := &sets[len(sets)-1]
-			switch k {
-			case "Type":
-				s.Type = v
-			case "Header":
-				s.Header = v
-			default:
-				s.Entries, _ = strconv.Atoi(v)
-			}
-		}
+func parseSets(out string) []setInfo { return withExpected(ipsets.Parse(out)) }
+
+func withExpected(sets []ipsets.Set) []setInfo {
+	out := make([]setInfo, len(sets))
+	for i, s := range sets {
+		out[i].Set = s
 	}
-	return sets
+	return out
 }
 
 // expectedEntries is what each of ipvsproxy's sets must hold for the

@@ -206,9 +206,9 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	}
 	r.AtProgrammed, _ = proxy.Usage()
 	r.Mem.AtProgrammed = readMeminfo()
-	if m, err := scrape(); err == nil {
-		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.text), 0o644)
-		r.HeapInuseAtProgrammedMB = m.get(heapInuse) / 1e6
+	if m, err := scrapeProxy(); err == nil {
+		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.Text), 0o644)
+		r.HeapInuseAtProgrammedMB = m.Get(heapInuse) / 1e6
 	}
 	saveHeapProfile(filepath.Join(c.results, "heap-at-programmed.pprof"))
 	logf("PROGRAMMED after %.1fs (previous read at %.1fs): %v; proxy RSS %d MB (peak %d MB), CPU %.0fs",
@@ -232,9 +232,9 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	failures = append(failures, finalChecks(c, w, r)...)
 	r.Final, _ = proxy.Usage()
 	r.Mem.Final = readMeminfo()
-	if m, err := scrape(); err == nil {
-		_ = os.WriteFile(filepath.Join(c.results, "metrics-final.txt"), []byte(m.text), 0o644)
-		r.HeapInuseFinalMB = m.get(heapInuse) / 1e6
+	if m, err := scrapeProxy(); err == nil {
+		_ = os.WriteFile(filepath.Join(c.results, "metrics-final.txt"), []byte(m.Text), 0o644)
+		r.HeapInuseFinalMB = m.Get(heapInuse) / 1e6
 	}
 	saveHeapProfile(filepath.Join(c.results, "heap-final.pprof"))
 	r.API = srv.summary()

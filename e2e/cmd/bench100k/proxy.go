@@ -3,33 +3,21 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
 )
 
-const metricsURL = "http://127.0.0.1:10249/metrics"
-
-// proxyArgs: the sandbox node, NodePorts only on the node's address, the
-// conntrack sysctls left alone (not what is measured), legacy iptables
-// (the guest kernel has no nft NAT), default sync periods.
+// proxyArgs: the sandbox node (scrape.ProxyArgs; the cluster CIDR holds
+// the endpoint /12 and the pods' 10.244/16) with legacy iptables (the
+// guest kernel has no nft NAT).
 func proxyArgs(kubeconfig, node string) []string {
-	return []string{
-		"--kubeconfig", kubeconfig,
-		"--hostname-override", node,
-		"--cluster-cidr", "10.128.0.0/9", // the endpoint /12 and the pods' 10.244/16
-		"--nodeport-addresses", "10.10.0.0/24",
-		"--iptables-backend", "legacy",
-		"--conntrack-max-per-core", "0",
-		"--healthz-bind-address", "127.0.0.1:10256",
-		"--metrics-bind-address", "127.0.0.1:10249",
-		"-v", "2",
-	}
+	return append(scrape.ProxyArgs(kubeconfig, node, "10.128.0.0/9"), "--iptables-backend", "legacy")
 }
 
 // withProfiling adds --profiling when the binary has it: heap profiles of
@@ -50,7 +38,7 @@ func saveHeapProfile(path string) { saveProfile(path, "heap") }
 func saveCPUProfile(path string) { saveProfile(path, "profile?seconds=20") }
 
 func saveProfile(path, which string) {
-	resp, err := http.Get(strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/" + which)
+	resp, err := http.Get(strings.TrimSuffix(scrape.MetricsURL, "/metrics") + "/debug/pprof/" + which)
 	if err != nil {
 		return
 	}
@@ -63,39 +51,10 @@ func saveProfile(path, which string) {
 	}
 }
 
-// metrics is one scrape of the proxy's /metrics: series → value, and the
-// text as it was.
-type metrics struct {
-	values map[string]float64
-	text   string
-}
+// metrics is one scrape of the proxy's /metrics.
+type metrics = scrape.Metrics
 
-func scrape() (metrics, error) {
-	resp, err := http.Get(metricsURL)
-	if err != nil {
-		return metrics{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return metrics{}, err
-	}
-	m := metrics{values: map[string]float64{}, text: string(data)}
-	sc := bufio.NewScanner(strings.NewReader(m.text))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			m.values[line[:i]] = v
-		}
-	}
-	return m, nil
-}
-
-func (m metrics) get(series string) float64 { return m.values[series] }
+func scrapeProxy() (metrics, error) { return scrape.Scrape(scrape.MetricsURL) }
 
 // The series the full pass is read from. ipvsproxy counts its passes by
 // kind; kubeproxy_sync_proxy_rules_duration_seconds holds every sync, so
@@ -118,12 +77,12 @@ const (
 // was none, or when incremental syncs finished too (their time is in the
 // same sum).
 func fullPassesBetween(a, b metrics) (time.Duration, int, bool) {
-	if n := int(b.get(fullHistCount) - a.get(fullHistCount)); n >= 1 {
-		return secs((b.get(fullHistSum) - a.get(fullHistSum)) / float64(n)), n, true
+	if n := int(b.Get(fullHistCount) - a.Get(fullHistCount)); n >= 1 {
+		return secs((b.Get(fullHistSum) - a.Get(fullHistSum)) / float64(n)), n, true
 	}
-	n := int(b.get(fullCount) - a.get(fullCount))
-	if n >= 1 && b.get(incrCount) == a.get(incrCount) {
-		return secs((b.get(syncSum) - a.get(syncSum)) / float64(n)), n, true
+	n := int(b.Get(fullCount) - a.Get(fullCount))
+	if n >= 1 && b.Get(incrCount) == a.Get(incrCount) {
+		return secs((b.Get(syncSum) - a.Get(syncSum)) / float64(n)), n, true
 	}
 	return 0, 0, false
 }
@@ -132,10 +91,10 @@ func fullPassesBetween(a, b metrics) (time.Duration, int, bool) {
 // histogram's count when the proxy has it (its syncs_total{kind="full"}
 // then counts the batches that ended a pass, the same number).
 func passesDone(m metrics) float64 {
-	if n, ok := m.values[fullHistCount]; ok {
+	if n, ok := m.Values[fullHistCount]; ok {
 		return n
 	}
-	return m.get(fullCount)
+	return m.Get(fullCount)
 }
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

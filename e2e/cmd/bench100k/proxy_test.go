@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func scraped(kv map[string]float64) metrics { return metrics{values: kv} }
+func scraped(kv map[string]float64) metrics { return metrics{Values: kv} }
 
 func TestFullPassesFromMetrics(t *testing.T) {
 	// A proxy with the full-pass histogram: its count and sum alone.
@@ -26,7 +26,7 @@ func TestFullPassesFromMetrics(t *testing.T) {
 	if d, n, ok := fullPassesBetween(a, b); !ok || n != 1 || d != 4500*time.Millisecond {
 		t.Errorf("without the histogram: %v %d %v, want 4.5s", d, n, ok)
 	}
-	b.values[incrCount] = 5
+	b.Values[incrCount] = 5
 	if _, _, ok := fullPassesBetween(a, b); ok {
 		t.Error("a pass beside an incremental sync was timed")
 	}
