@@ -200,14 +200,7 @@ func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) b
 		return false
 	}
 	i := 0
-	for _, v := range w.VirtualServers {
-		kv := snap.vs[v.VS.ServiceKey]
-		if kv == nil {
-			continue
-		}
-		if _, taken := r.ownerOther(key, v.VS.ServiceKey); taken {
-			continue
-		}
+	for v, kv := range snap.adoptable(r, key, w) {
 		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], kv, v.Reals) {
 			return false
 		}

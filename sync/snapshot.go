@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 
@@ -112,17 +113,29 @@ func (kv *kernelVS) load(h ipvs.Interface, sizeHint int) error {
 	return nil
 }
 
+// adoptable yields the virtual servers of w that key may adopt from s —
+// present in the kernel and not another key's — with the kernel's.
+func (s *kernelSnapshot) adoptable(rec *record, key string, w *ServiceState) iter.Seq2[VirtualServerState, *kernelVS] {
+	return func(yield func(VirtualServerState, *kernelVS) bool) {
+		for _, v := range w.VirtualServers {
+			kv := s.vs[v.VS.ServiceKey]
+			if kv == nil {
+				continue
+			}
+			if _, taken := rec.ownerOther(key, v.VS.ServiceKey); taken {
+				continue
+			}
+			if !yield(v, kv) {
+				return
+			}
+		}
+	}
+}
+
 // loadRealsOf reads the real servers of every virtual server in w that
-// key may adopt (present in the snapshot and not another service's).
+// key may adopt.
 func (s *kernelSnapshot) loadRealsOf(h ipvs.Interface, rec *record, key string, w *ServiceState) error {
-	for _, v := range w.VirtualServers {
-		kv := s.vs[v.VS.ServiceKey]
-		if kv == nil {
-			continue
-		}
-		if _, taken := rec.ownerOther(key, v.VS.ServiceKey); taken {
-			continue
-		}
+	for v, kv := range s.adoptable(rec, key, w) {
 		if err := kv.load(h, len(v.Reals)+1); err != nil {
 			return err
 		}
