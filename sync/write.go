@@ -178,15 +178,9 @@ func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bo
 	if owner, taken := w.rec.ownerOther(key, k); taken {
 		return VirtualServerState{}, false, &ConflictError{VS: k, Owner: owner}
 	}
-	err := w.kernel.IPVS.AddVirtualServer(n.VS)
-	if ipvs.IsExist(err) {
-		// Someone (or a failed earlier attempt) left it there: make it ours.
-		err = w.kernel.IPVS.UpdateVirtualServer(n.VS)
-		w.observe("virtual_server", "update", err)
-	} else {
-		w.observe("virtual_server", "add", err)
-	}
-	if err != nil {
+	// Someone (or a failed earlier attempt) may have left it there: then
+	// it is updated, made ours.
+	if err := w.putVS(n.VS, false); err != nil {
 		return VirtualServerState{}, false, err
 	}
 	w.rec.vsOwner[k] = key
@@ -202,6 +196,22 @@ func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bo
 	return got, true, errors.Join(errs...)
 }
 
+// putVS writes a virtual server: updated in place when it should exist,
+// added when it should not, each falling back to the other when the
+// kernel says otherwise. Only the write that counted is observed.
+func (w *writer) putVS(vs ipvs.VirtualServer, exists bool) error {
+	first, then, verb, other, fallBack := w.kernel.IPVS.AddVirtualServer, w.kernel.IPVS.UpdateVirtualServer, "add", "update", ipvs.IsExist
+	if exists {
+		first, then, verb, other, fallBack = then, first, other, verb, ipvs.IsNotExist
+	}
+	err := first(vs)
+	if fallBack(err) {
+		err, verb = then(vs), other
+	}
+	w.observe("virtual_server", verb, err)
+	return err
+}
+
 // updateVS brings one existing virtual server from o to n: its attributes
 // in place (never delete and re-create, which would cut connections), then
 // its real servers.
@@ -210,14 +220,8 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 	var errs []error
 	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
 	if !o.VS.Equal(n.VS) {
-		err := w.kernel.IPVS.UpdateVirtualServer(n.VS)
-		if ipvs.IsNotExist(err) {
-			err = w.kernel.IPVS.AddVirtualServer(n.VS)
-			w.observe("virtual_server", "add", err)
-		} else {
-			w.observe("virtual_server", "update", err)
-		}
-		if err != nil {
+		// In place; if it was deleted behind our back, it is added again.
+		if err := w.putVS(n.VS, true); err != nil {
 			errs = append(errs, err)
 		} else {
 			got.VS = n.VS
