@@ -1,6 +1,9 @@
 package sync
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Adoption at start-up. BeginAdoption reads the kernel once, before the
 // informers have delivered everything, so that each service can be
@@ -28,7 +31,9 @@ func (r *Reconciler) BeginAdoption() error {
 // Adopt takes into key's record the objects of want that the start-up
 // read found in the kernel (after leaving out what another key owns, as
 // Sync will), reading the real servers of its virtual servers first. The
-// Sync that follows then writes only what differs. Without a start-up
+// Sync that follows then writes only what differs. A failed read is
+// returned with the conflicts, as Sync returns them, and the caller skips
+// the Sync. Without a start-up
 // read in use (before BeginAdoption, or once a full pass has read the
 // kernel) it does nothing.
 func (r *Reconciler) Adopt(key string, want *ServiceState) error {
@@ -39,9 +44,10 @@ func (r *Reconciler) Adopt(key string, want *ServiceState) error {
 	if want == nil {
 		want = &ServiceState{}
 	}
-	w, _ := r.withoutConflicts(key, want)
+	w, conflicts := r.withoutConflicts(key, want)
 	if err := snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w); err != nil {
-		return fmt.Errorf("read real servers: %w", err)
+		// As Sync would have said: the conflicts are reported either way.
+		return errors.Join(fmt.Errorf("read real servers: %w", err), conflicts)
 	}
 	r.rec.adopt(key, w, snap)
 	return nil
