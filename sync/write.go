@@ -50,29 +50,9 @@ func (w *writer) apply(key string, want *ServiceState) error {
 		},
 		func(a, _ netip.Addr) { got.Addresses = append(got.Addresses, a) })
 
-	sorted.Walk(have.VirtualServers, want.VirtualServers, compareVSS,
-		func(o VirtualServerState) {
-			if err := w.deleteVS(key, o); err != nil {
-				errs = append(errs, err)
-				got.VirtualServers = append(got.VirtualServers, o)
-			}
-		},
-		func(n VirtualServerState) {
-			s, added, err := w.addVS(key, n)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			if added {
-				got.VirtualServers = append(got.VirtualServers, s)
-			}
-		},
-		func(o, n VirtualServerState) {
-			s, err := w.updateVS(o, n)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			got.VirtualServers = append(got.VirtualServers, s)
-		})
+	var vsErrs []error
+	got.VirtualServers, vsErrs = w.applyVSs(key, have.VirtualServers, want.VirtualServers, got.VirtualServers)
+	errs = append(errs, vsErrs...)
 
 	sorted.Walk(have.Entries, want.Entries, owned.CompareSetEntries,
 		func(e owned.SetEntry) {
@@ -106,6 +86,37 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	// in the order the merge walk produced them, which is already sorted.
 	w.rec.store(key, have, got)
 	return errors.Join(errs...)
+}
+
+// applyVSs takes key's virtual servers from have to want, and returns got
+// with what the kernel holds of them afterwards appended.
+func (w *writer) applyVSs(key string, have, want, got []VirtualServerState) ([]VirtualServerState, []error) {
+	var errs []error
+	sorted.Walk(have, want, compareVSS,
+		func(o VirtualServerState) {
+			if err := w.deleteVS(key, o); err != nil {
+				errs = append(errs, err)
+				got = append(got, o)
+			}
+		},
+		func(n VirtualServerState) {
+			s, added, err := w.addVS(key, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if added {
+				got = append(got, s)
+			}
+		},
+		func(o, n VirtualServerState) {
+			s, err := w.updateVS(o, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			got = append(got, s)
+		})
+
+	return got, errs
 }
 
 func compareVSS(a, b VirtualServerState) int {
