@@ -54,6 +54,16 @@ func startRunner(t *testing.T, syncPeriod time.Duration) *runnerHarness {
 	return startRunnerWith(t, syncPeriod, func(s func() bool) func() bool { return s })
 }
 
+// startRunnerFakeClock is startRunner on a fake clock: the informers'
+// synced check, the full passes and the retries come when the test steps
+// it, not after a sleep.
+func startRunnerFakeClock(t *testing.T, syncPeriod time.Duration) (*runnerHarness, *clocktesting.FakeClock) {
+	t.Helper()
+	fc := clocktesting.NewFakeClock(time.Now())
+	return startRunnerConfig(t, syncPeriod, func(s func() bool) func() bool { return s },
+		func(c *RunnerConfig) { c.Clock = fc }), fc
+}
+
 // startRunnerWith lets a test wrap the informers' synced check.
 func startRunnerWith(t *testing.T, syncPeriod time.Duration, wrapSynced func(func() bool) func() bool) *runnerHarness {
 	t.Helper()
@@ -136,11 +146,12 @@ func TestRunnerProgramsFromInformers(t *testing.T) {
 }
 
 func TestRunnerRetriesFailedKeyWithBackoff(t *testing.T) {
-	h := startRunner(t, time.Hour)
+	h, fc := startRunnerFakeClock(t, time.Hour)
 	h.k.IPVS.FailTimes(3, "AddRealServer", nil, errors.New("injected: ENOMEM"))
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	eventually(t, "the real server after three failures", func() bool {
+		fc.Step(10 * time.Millisecond) // the backoff: 10, 20, 40 ms
 		return strings.Contains(h.k.IPVS.String(), "-r 10.244.1.5:8080")
 	})
 	if n := h.k.IPVS.Count("AddRealServer"); n != 4 {
@@ -149,7 +160,7 @@ func TestRunnerRetriesFailedKeyWithBackoff(t *testing.T) {
 }
 
 func TestRunnerFullPassRepairsDrift(t *testing.T) {
-	h := startRunner(t, 50*time.Millisecond)
+	h, fc := startRunnerFakeClock(t, 50*time.Millisecond)
 	h.create(t, svc("default", "web", "10.96.0.10", "http:80"),
 		slice("default", "web", "web-1", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5"}))
 	want := "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n"
@@ -157,6 +168,7 @@ func TestRunnerFullPassRepairsDrift(t *testing.T) {
 	must(t, h.k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr("10.96.0.10"), Protocol: ipvs.TCP, Port: 80}))
 	must(t, h.k.Dummy.DeleteAddress(netip.MustParseAddr("10.96.0.10")))
 	eventually(t, "drift repaired by the periodic full pass", func() bool {
+		fc.Step(50 * time.Millisecond) // the informers' check, then the pass period
 		return h.k.IPVS.String() == want && len(h.k.Dummy.Addresses()) == 1
 	})
 }
@@ -164,9 +176,7 @@ func TestRunnerFullPassRepairsDrift(t *testing.T) {
 func TestRunnerReportsBadServiceOnce(t *testing.T) {
 	// The runner's clock is a fake one: the full passes come when the
 	// test steps it, not after a sleep.
-	fc := clocktesting.NewFakeClock(time.Now())
-	h := startRunnerConfig(t, 20*time.Millisecond, func(s func() bool) func() bool { return s },
-		func(c *RunnerConfig) { c.Clock = fc })
+	h, fc := startRunnerFakeClock(t, 20*time.Millisecond)
 	bad := svc("default", "web", "10.96.0.10", "http:80", "bad:0")
 	bad.Annotations = map[string]string{AnnotationScheduler: "fastest"}
 	h.create(t, bad)
