@@ -58,7 +58,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	client, err := newClient(o)
 	if err != nil {
 		return err
@@ -102,7 +102,7 @@ func Run(ctx context.Context, o *Options) error {
 	v6 := ipv6Usable(backend)
 	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
 		onFail: metrics.RestoreFailures.Inc}
-	detector, _ := o.localDetector()
+	detector := o.parsed.detector
 	if detector.Mode == iptables.LocalModeNodeCIDR {
 		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
 			return err
@@ -154,7 +154,7 @@ func Run(ctx context.Context, o *Options) error {
 		SchedulerLoaded: ipvs.SchedulerLoaded,
 		Metrics:         metrics,
 	}, tracker, rec)
-	npFilter, _ := o.nodePortFilter()
+	npFilter := o.parsed.nodePorts
 	if w := npFilter.warning(); w != "" {
 		klog.InfoS(w)
 	}

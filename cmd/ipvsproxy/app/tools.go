@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,8 +57,9 @@ func ExitCode(err error) int {
 // toolCommand makes a subcommand that accepts every proxy flag (so the
 // DaemonSet's command line and --config work unchanged) and runs do
 // after the options are loaded and valid.
-func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) error) (*cobra.Command, *Options) {
+func toolCommand(use, short string, logging *logsapi.LoggingConfiguration, do func(cmd *cobra.Command, o *Options) error) (*cobra.Command, *Options) {
 	o := NewOptions()
+	sharedLogging(o, logging)
 	cmd := &cobra.Command{
 		Use:           use,
 		Short:         short,
@@ -65,13 +67,7 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cf, err := o.loadConfig(cmd.Flags())
-			if err == nil {
-				if err = o.Validate(); err != nil {
-					err = cf.Explain(err)
-				}
-			}
-			if err != nil {
+			if err := completeAndLog(o, cmd); err != nil {
 				return fail(cmd, err)
 			}
 			return do(cmd, o)
@@ -81,8 +77,8 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 	return cmd, o
 }
 
-func newCleanupCommand() *cobra.Command {
-	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else",
+func newCleanupCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
+	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else", logging,
 		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runCleanup(o, cmd.OutOrStdout())) })
 	cmd.Long = cmd.Short + `.
 
@@ -98,9 +94,9 @@ Pass the flags the proxy runs with: ownership depends on them.
 	return cmd
 }
 
-func newDiffCommand() *cobra.Command {
+func newDiffCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 	var output string
-	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)",
+	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)", logging,
 		func(cmd *cobra.Command, o *Options) error {
 			if output != "text" && output != "json" {
 				return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
@@ -126,8 +122,8 @@ func newDiffCommand() *cobra.Command {
 	return cmd
 }
 
-func newStatusCommand() *cobra.Command {
-	cmd, _ := toolCommand("status", "Show what is programmed on this node and, if a proxy runs, how its syncs go",
+func newStatusCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
+	cmd, _ := toolCommand("status", "Show what is programmed on this node and, if a proxy runs, how its syncs go", logging,
 		func(cmd *cobra.Command, o *Options) error {
 			return fail(cmd, runStatus(cmd.Context(), o, cmd.OutOrStdout()))
 		})
@@ -159,7 +155,7 @@ func runCleanup(o *Options, out io.Writer) error {
 		return err
 	}
 	defer closeKernel()
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	// The chains and jumps do not depend on the local-traffic detector, so
 	// any valid one names them; NodeCIDR would otherwise need the API.
 	backend, err := iptablesBackend(o)
@@ -219,7 +215,7 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 		return inspect.Diff{}, err
 	}
 	want := inspect.BuildDesired(svcs, eps, &cfg)
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	have, err := inspect.Read(k, sync.OwnedSets(true, v6), exclude, cfg.NodePortAddresses, want.Wants)
 	if err != nil {
 		return inspect.Diff{}, err
@@ -241,7 +237,7 @@ func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
 	if err != nil {
 		return nil, err
 	}
-	detector, _ := o.localDetector()
+	detector := o.parsed.detector
 	if detector.Mode == iptables.LocalModeNodeCIDR {
 		if node == nil || len(node.Spec.PodCIDRs) == 0 {
 			return nil, errors.New("--detect-local-mode=NodeCIDR: the node has no spec.podCIDRs yet; the proxy waits for them before writing rules")
@@ -273,7 +269,7 @@ func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName str
 		return sync.Config{}, err // the watcher would only log it
 	}
 	cfg := o.buildConfig(nodeName, v6)
-	npFilter, _ := o.nodePortFilter()
+	npFilter := o.parsed.nodePorts
 	if npFilter.primary {
 		// "primary" falls back to the node IP when the Node has no
 		// InternalIP, as in the proxy (startupNodeIP).
@@ -333,7 +329,7 @@ func runStatus(ctx context.Context, o *Options, out io.Writer) error {
 		return err
 	}
 	defer closeKernel()
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	v6, err := toolIPv6(o)
 	if err != nil {
 		return err
