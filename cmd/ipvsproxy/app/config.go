@@ -63,6 +63,7 @@ type IPVSProxyConfiguration struct {
 // ConfigFile is a decoded --config file.
 type ConfigFile struct {
 	Path      string
+	data      []byte // as read, for the watch that ends the proxy when it changes
 	KubeProxy *kpv1alpha1.KubeProxyConfiguration // nil when the file has none
 	IPVSProxy *IPVSProxyConfiguration            // nil when the file has none
 	// setPaths are the dotted paths of the KubeProxyConfiguration fields
@@ -90,7 +91,7 @@ func ReadConfigFile(path string) (*ConfigFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	cf.Path = path
+	cf.Path, cf.data = path, data
 	return cf, nil
 }
 

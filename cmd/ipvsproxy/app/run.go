@@ -52,6 +52,11 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if cf := o.config; cf != nil {
+		go watchConfigFile(ctx, cf.Path, cf.data, 5*time.Second, cancel)
+	}
 	tuneGC()
 
 	nodeName, err := hostname(o.HostnameOverride)
@@ -204,6 +209,10 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	runner.Run(ctx, handlersSynced(regs...))
 	klog.InfoS("Stopped; kernel state left in place")
+	var changed *errConfigChanged
+	if err := context.Cause(ctx); errors.As(err, &changed) {
+		return err
+	}
 	return nil
 }
 
