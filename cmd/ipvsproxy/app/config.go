@@ -63,7 +63,7 @@ type IPVSProxyConfiguration struct {
 // ConfigFile is a decoded --config file.
 type ConfigFile struct {
 	Path      string
-	data      []byte // as read, for the watch that ends the proxy when it changes
+	data      []byte                             // as read, for the watch that ends the proxy when it changes
 	KubeProxy *kpv1alpha1.KubeProxyConfiguration // nil when the file has none
 	IPVSProxy *IPVSProxyConfiguration            // nil when the file has none
 	// setPaths are the dotted paths of the KubeProxyConfiguration fields
