@@ -36,7 +36,16 @@ func exported(t *testing.T) (series map[string]dto.MetricType, families map[stri
 	sizing.NewReporter(reg).Report([]sizing.Finding{{Setting: "net.core.rmem_max"}})
 	m.Syncs.WithLabelValues("full").Inc()
 	m.KernelOps.WithLabelValues("virtual-server", "add", "ok").Inc()
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(0)
+	m.NoLocalEndpoints.WithLabelValues("internal", sync.FamilyIPv4).Set(0)
+	for _, h := range []*prometheus.HistogramVec{m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.ConntrackDuration} {
+		h.WithLabelValues(sync.FamilyIPv4).Observe(0)
+	}
+	for _, g := range []*prometheus.GaugeVec{m.LastSync, m.LastQueued} {
+		g.WithLabelValues(sync.FamilyIPv4).Set(0)
+	}
+	for _, c := range []*prometheus.CounterVec{m.RestoreFailures, m.ConntrackReconcile} {
+		c.WithLabelValues(sync.FamilyIPv4).Add(0)
+	}
 	for _, path := range []string{"/healthz", "/livez"} {
 		h.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
 	}

@@ -128,6 +128,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipvsproxy"}),
 	}
+	m.setFamilies(cfg.Build.IPv6)
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
 	return r
@@ -374,17 +375,35 @@ func (r *Runner) clearStaleFlows() {
 	if len(flows) == 0 || r.cfg.Conntrack == nil {
 		return
 	}
-	n, err := r.cfg.Conntrack.DeleteUDP(flows)
-	if err != nil {
-		klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
-		r.rec.ReturnStaleFlows(flows)
-		return
+	var n int
+	for _, fam := range splitFlows(flows) {
+		start := time.Now()
+		deleted, err := r.cfg.Conntrack.DeleteUDP(fam.flows)
+		if err != nil {
+			klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
+			r.rec.ReturnStaleFlows(fam.flows)
+			continue
+		}
+		r.metrics.conntrackCleared(fam.family, time.Since(start), deleted)
+		n += deleted
 	}
-	r.metrics.ConntrackDeleted.Add(float64(n))
 	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
-type noLocal struct{ internal, external bool }
+// noLocal is a service with a Local traffic policy and no local endpoint,
+// and the families it has (kube-proxy counts it per family).
+type noLocal struct{ internal, external, v4, v6 bool }
+
+func (n noLocal) families() []string {
+	var out []string
+	if n.v4 {
+		out = append(out, FamilyIPv4)
+	}
+	if n.v6 {
+		out = append(out, FamilyIPv6)
+	}
+	return out
+}
 
 // build computes one service's desired state, reports its problems, and
 // passes on what the health checks and metrics need.
@@ -397,7 +416,10 @@ func (r *Runner) build(key string) *ServiceState {
 			klog.ErrorS(err, "Health check server", "service", key)
 		}
 	}
-	nl := noLocal{b.NoLocalInternal, b.NoLocalExternal}
+	nl := noLocal{internal: b.NoLocalInternal, external: b.NoLocalExternal}
+	if nl.internal || nl.external {
+		nl.v4, nl.v6 = serviceFamilies(svc, r.cfg.Build.IPv6)
+	}
 	if nl != r.noLocal[key] {
 		if nl == (noLocal{}) {
 			delete(r.noLocal, key)

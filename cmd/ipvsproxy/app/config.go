@@ -304,6 +304,40 @@ var usedPaths = map[string]bool{
 	"conntrack.udpTimeout": true, "conntrack.udpStreamTimeout": true,
 }
 
+// ignoredFields are the KubeProxyConfiguration fields (or groups, by
+// prefix) that have no effect here, and why; a file setting one gets a
+// warning. Every field is either used, logging (logging.go) or here:
+// TestEveryConfigFieldIsHandled walks the published type.
+var ignoredFields = map[string]string{
+	"featureGates":                        noEffect["feature-gates"],
+	"clientConnection.acceptContentTypes": "follows clientConnection.contentType (protobuf, falling back to JSON)",
+	"bindAddressHardFail":                 noEffect["bind-address-hard-fail"],
+	"showHiddenMetricsForVersion":         noEffect["show-hidden-metrics-for-version"],
+	"configSyncPeriod":                    noEffect["config-sync-period"],
+	"iptables.localhostNodePorts":         noEffect["iptables-localhost-nodeports"],
+	"iptables.syncPeriod":                 noEffect["iptables-sync-period"],
+	"iptables.minSyncPeriod":              noEffect["iptables-min-sync-period"],
+	"nftables":                            "nftables mode only",
+	"winkernel":                           "Windows only",
+	"windowsRunAsService":                 "Windows only",
+	"portRange":                           "the userspace mode's, which kube-proxy no longer has either",
+}
+
+// ignoredReason returns why path has no effect, "" when it has one.
+func ignoredReason(path string) string {
+	for p := path; p != ""; {
+		if why, ok := ignoredFields[p]; ok {
+			return why
+		}
+		i := strings.LastIndex(p, ".")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return ""
+}
+
 // conntrackBindings maps conntrack.*. The pointer fields tell "unset"
 // (flag default) from an explicit 0 ("leave the kernel's value").
 func conntrackBindings(c kpv1alpha1.KubeProxyConntrackConfiguration, o *conntrackTuning) []binding {
@@ -363,8 +397,14 @@ func (cf *ConfigFile) Warnings() []string {
 		out = append(out, fmt.Sprintf("config file %s: decoded leniently, as kube-proxy does, despite: %s", cf.Path, strings.Join(cf.lenient, "; ")))
 	}
 	if ign := cf.Ignored(); len(ign) > 0 {
-		out = append(out, fmt.Sprintf("config file %s: these fields have no effect in ipvsproxy (iptables/nftables/Windows-only or not implemented): %s",
-			cf.Path, strings.Join(ign, ", ")))
+		why := make([]string, len(ign))
+		for i, f := range ign {
+			why[i] = f
+			if r := ignoredReason(f); r != "" {
+				why[i] += " (" + r + ")"
+			}
+		}
+		out = append(out, fmt.Sprintf("config file %s: these fields have no effect in ipvsproxy: %s", cf.Path, strings.Join(why, "; ")))
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
 
@@ -24,7 +25,7 @@ type nodeSetup struct {
 	ipset  ipset.Interface
 	sets   []ipset.Set
 	rules  []*iptables.Syncer
-	onFail func() // counts an iptables-restore failure
+	onFail func(iptables.Family) // counts an iptables-restore failure
 }
 
 func (n *nodeSetup) ensure() error {
@@ -37,11 +38,11 @@ func (n *nodeSetup) ensure() error {
 			return err
 		}
 	}
-	for _, r := range n.rules {
+	for i, r := range n.rules {
 		changed, err := r.Sync()
 		if err != nil {
 			if n.onFail != nil {
-				n.onFail()
+				n.onFail(ruleFamily(i))
 			}
 			return err
 		}
@@ -121,4 +122,21 @@ func hostname(override string) (string, error) {
 		name = h
 	}
 	return strings.ToLower(name), nil
+}
+
+// ruleFamily is the family of the i-th rule syncer: ruleSyncers makes
+// IPv4's first, then IPv6's.
+func ruleFamily(i int) iptables.Family {
+	if i == 0 {
+		return iptables.IPv4
+	}
+	return iptables.IPv6
+}
+
+// ipFamily is kube-proxy's ip_family label value.
+func ipFamily(f iptables.Family) string {
+	if f == iptables.IPv6 {
+		return sync.FamilyIPv6
+	}
+	return sync.FamilyIPv4
 }

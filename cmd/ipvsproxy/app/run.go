@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,8 +93,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := prometheus.NewRegistry() // served with component-base's: metrics.go
 	metrics := sync.NewMetrics(reg)
 
 	backend, err := iptablesBackend(o)
@@ -106,7 +102,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	v6 := ipv6Usable(backend)
 	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: sync.OwnedSets(true, v6),
-		onFail: metrics.RestoreFailures.Inc}
+		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() }}
 	detector := o.parsed.detector
 	if detector.Mode == iptables.LocalModeNodeCIDR {
 		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
@@ -231,21 +227,6 @@ func handlersSynced(regs ...cache.ResourceEventHandlerRegistration) func() bool 
 		}
 		return true
 	}
-}
-
-// metricsHandler serves /metrics and, with profiling on, Go's pprof
-// handlers under /debug/pprof/ (kube-proxy's enableProfiling).
-func metricsHandler(reg *prometheus.Registry, profiling bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }
 
 // newInformers makes the three informers: Services and EndpointSlices with

@@ -74,7 +74,10 @@ func flags() string {
 // the registry gathers, except the Go runtime's and the process's.
 func metricsDump() string {
 	pm.RegisterMetrics(kubeproxyconfig.ProxyModeIPVS)
-	for _, c := range []metrics.Registerable{
+	for _, c := range []interface {
+		metrics.Registerable
+		IsCreated() bool
+	}{
 		pm.SyncProxyRulesLatency, pm.SyncFullProxyRulesLatency, pm.SyncPartialProxyRulesLatency,
 		pm.SyncProxyRulesLastTimestamp, pm.NetworkProgrammingLatency, pm.EndpointChangesPending,
 		pm.EndpointChangesTotal, pm.ServiceChangesPending, pm.ServiceChangesTotal,
@@ -106,7 +109,7 @@ func labelValues(names []string) []string {
 	return out
 }
 
-func touch(c metrics.Registerable) {
+func touch(c prometheus.Collector) {
 	switch m := c.(type) {
 	case *metrics.HistogramVec:
 		m.WithLabelValues(labelValues(varLabels(m))...).Observe(1)
