@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 )
@@ -76,8 +75,12 @@ be understood.`,
 	addLoggingFlags(o.Logging, cmd.PersistentFlags())
 	// Inherited by the subcommands.
 	cmd.SetFlagErrorFunc(usageError)
-	cmd.AddCommand(newCleanupCommand(o.Logging), newDiffCommand(o.Logging), newStatusCommand(o.Logging),
-		newPrepareNodeCommand(o.Logging), newVersionCommand())
+	for _, tool := range []*cobra.Command{newCleanupCommand(o.Logging), newDiffCommand(o.Logging),
+		newStatusCommand(o.Logging), newPrepareNodeCommand(o.Logging)} {
+		applyToolHelp(tool)
+		cmd.AddCommand(tool)
+	}
+	cmd.AddCommand(newVersionCommand())
 	// kube-proxy's: --hostname_override is --hostname-override.
 	cmd.SetGlobalNormalizationFunc(cliflag.WordSepNormalizeFunc)
 	return cmd
@@ -89,7 +92,6 @@ func completeAndLog(o *Options, cmd *cobra.Command) error {
 	if err := o.Complete(cmd.Flags()); err != nil {
 		return err
 	}
-	logs.InitLogs()
 	if err := applyLogging(o.Logging); err != nil {
 		return fmt.Errorf("logging: %w", err)
 	}

@@ -7,6 +7,8 @@ package app
 // parses kube-proxy's JSON keep working.
 
 import (
+	"sync"
+
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
@@ -35,9 +37,14 @@ func addLoggingFlags(c *logsapi.LoggingConfiguration, fs *pflag.FlagSet) {
 // and later calls with the same configuration (tests running several
 // commands in one process) are accepted; a different one is an error.
 func applyLogging(c *logsapi.LoggingConfiguration) error {
-	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	initLogs.Do(func() {
+		logs.InitLogs() // Go's log package through klog, as kube-proxy
+		logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	})
 	return logsapi.ValidateAndApply(c, loggingGates)
 }
+
+var initLogs sync.Once
 
 // mergeLogging returns the file's logging section with the logging flags
 // given on the command line applied on top, as kube-proxy's
