@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -155,7 +156,7 @@ func (o *Options) Validate() error {
 type parsed struct {
 	clusterCIDRs []netip.Prefix
 	exclude      []netip.Prefix
-	nodePorts    nodePortFilter
+	nodePorts    nodewatch.NodePortFilter
 	detector     iptables.LocalDetector
 }
 
@@ -171,7 +172,7 @@ func (o *Options) parse() (parsed, error) {
 		p.exclude, err = o.excludeCIDRs()
 	}
 	if err == nil {
-		p.nodePorts, err = o.nodePortFilter()
+		p.nodePorts, err = nodewatch.ParseNodePortAddresses(o.NodePortAddresses)
 	}
 	if err == nil {
 		p.detector, err = o.localDetector(p.clusterCIDRs)
@@ -265,34 +266,6 @@ func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-func (o *Options) nodePortFilter() (nodePortFilter, error) {
-	var f nodePortFilter
-	for _, s := range o.NodePortAddresses {
-		s = strings.TrimSpace(s)
-		switch s {
-		case "primary":
-			f.primary = true
-			continue
-		case "all":
-			// kube-proxy's keyword for the zero CIDRs: every address.
-			f.cidrs = append(f.cidrs, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"))
-			continue
-		case "localhost":
-			f.loopback = append(f.loopback, s)
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return f, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor one of primary, all, localhost", s)
-		}
-		if p.Addr().IsLoopback() {
-			f.loopback = append(f.loopback, s)
-		}
-		f.cidrs = append(f.cidrs, p.Masked())
-	}
-	return f, nil
 }
 
 // localDetector validates the --detect-local-mode flags. NodeCIDRs are

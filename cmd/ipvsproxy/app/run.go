@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/healthcheck"
@@ -156,20 +157,23 @@ func Run(ctx context.Context, o *Options) error {
 		Metrics:         metrics,
 	}, tracker, rec)
 	npFilter := o.parsed.nodePorts
-	if w := npFilter.warning(); w != "" {
+	if w := npFilter.Warning(); w != "" {
 		klog.InfoS(w)
 	}
-	npFilter.nodeIP = nodeIP.Addr
-	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
-	node.refresh()
+	npFilter.NodeIP = nodeIP.Addr
+	node := nodewatch.New(dummy, npFilter, runner.UpdateNode)
+	if err := node.Refresh(); err != nil {
+		klog.ErrorS(err, "Reading the node's addresses")
+	}
 	// Per-service traffic metrics are opt-in: 5 series per virtual server
 	// on every node, and a kernel dump plus that many series built per
 	// scrape, is more than most clusters want to pay by default.
 	if o.StatsMaxServices > 0 {
+		base := o.buildConfig(nodeName, v6)
 		reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
-			node.builderConfig(o.buildConfig(nodeName, v6))).Lookup, o.StatsMaxServices))
+			func() sync.Config { return node.Config(base) }).Lookup, o.StatsMaxServices))
 	}
-	go node.run(ctx, 5*time.Second)
+	go node.Run(ctx, 5*time.Second)
 
 	health := healthz.New(runner, 2*o.SyncPeriod, reg)
 	health.NodeEligible = node.Eligible
@@ -193,7 +197,7 @@ func Run(ctx context.Context, o *Options) error {
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
-	}{{svcInformer, tracker.ServiceHandler()}, {sliceInformer, tracker.EndpointSliceHandler()}, {nodeInformer, node.handler()}} {
+	}{{svcInformer, tracker.ServiceHandler()}, {sliceInformer, tracker.EndpointSliceHandler()}, {nodeInformer, node.Handler()}} {
 		reg, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/cleanup"
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/inspect"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -265,22 +266,20 @@ func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
 // node name, zone, node-port and host addresses. It runs the proxy's own
 // node watcher once, so the node-port address rules cannot drift apart.
 func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName string, v6 bool) (sync.Config, error) {
-	if _, err := dummy.LocalAddresses(); err != nil {
-		return sync.Config{}, err // the watcher would only log it
-	}
-	cfg := o.buildConfig(nodeName, v6)
 	npFilter := o.parsed.nodePorts
-	if npFilter.primary {
+	if npFilter.Primary() {
 		// "primary" falls back to the node IP when the Node has no
 		// InternalIP, as in the proxy (startupNodeIP).
-		npFilter.nodeIP = detectNodeIP(o.BindAddress, node, defaultRouteSource).Addr
+		npFilter.NodeIP = detectNodeIP(o.BindAddress, node, defaultRouteSource).Addr
 	}
-	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(f sync.NodeFacts) { f.ApplyTo(&cfg) }}
+	w := nodewatch.New(dummy, npFilter, nil)
 	if node != nil {
-		w.handler().OnAdd(node, true)
+		w.SetNode(node)
 	}
-	w.refresh()
-	return cfg, nil
+	if err := w.Refresh(); err != nil {
+		return sync.Config{}, err
+	}
+	return w.Config(o.buildConfig(nodeName, v6)), nil
 }
 
 // toolNodePorts are the addresses the proxy would serve node ports on,
