@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // errConfigChanged ends the proxy when its --config file changes. As
@@ -31,18 +33,13 @@ func (e *errConfigChanged) Error() string {
 // a symlink of its parent directory, which a watch on the file misses,
 // and one small read every few seconds costs nothing.
 func watchConfigFile(ctx context.Context, path string, read []byte, interval time.Duration, changed func(error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wait.UntilWithContext(ctx, func(context.Context) {
 		now, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(now, read) {
 			changed(&errConfigChanged{path: path, err: err})
-			return
+			stop()
 		}
-	}
+	}, interval)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -86,18 +87,11 @@ func (w *Watcher) publish() {
 // a short address list is cheap and catches every change, including those
 // a missed netlink notification would lose.
 func (w *Watcher) Run(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := w.Refresh(); err != nil {
-				klog.ErrorS(err, "Reading the node's addresses")
-			}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		if err := w.Refresh(); err != nil {
+			klog.ErrorS(err, "Reading the node's addresses")
 		}
-	}
+	}, period)
 }
 
 // SetNode records the node's Node object (from the informer, or read once
