@@ -286,23 +286,17 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 	return b
 }
 
-// usedPaths are the KubeProxyConfiguration fields ipvsproxy honours (plus
-// the type fields); every other non-zero field is reported as ignored.
-var usedPaths = map[string]bool{
-	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true,
-	"clientConnection.kubeconfig": true, "clientConnection.qps": true, "clientConnection.burst": true,
-	"clientConnection.contentType": true, "hostnameOverride": true, "clusterCIDR": true,
-	"iptables.masqueradeAll": true, "iptables.masqueradeBit": true,
-	"ipvs.scheduler": true, "ipvs.syncPeriod": true, "ipvs.minSyncPeriod": true,
-	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
-	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
-	"healthzBindAddress": true, "metricsBindAddress": true,
-	"nodePortAddresses": true, "detectLocal.bridgeInterface": true, "detectLocal.interfaceNamePrefix": true,
-	"bindAddress": true, "oomScoreAdj": true, "enableProfiling": true,
-	"conntrack.maxPerCore": true, "conntrack.min": true, "conntrack.tcpEstablishedTimeout": true,
-	"conntrack.tcpCloseWaitTimeout": true, "conntrack.tcpBeLiberal": true,
-	"conntrack.udpTimeout": true, "conntrack.udpStreamTimeout": true,
-}
+// usedPaths are the KubeProxyConfiguration fields ipvsproxy honours: the
+// type fields, mode (checked), and every field a binding reads; every
+// other non-zero field is reported as having no effect.
+var usedPaths = func() map[string]bool {
+	used := map[string]bool{"apiVersion": true, "kind": true, "mode": true}
+	cf := &ConfigFile{KubeProxy: &kpv1alpha1.KubeProxyConfiguration{}}
+	for _, b := range cf.bindings(NewOptions()) {
+		used[b.field] = true
+	}
+	return used
+}()
 
 // ignoredFields are the KubeProxyConfiguration fields (or groups, by
 // prefix) that have no effect here, and why; a file setting one gets a
