@@ -76,7 +76,7 @@ be understood.`,
 	// Inherited by the subcommands.
 	cmd.SetFlagErrorFunc(usageError)
 	for _, tool := range []*cobra.Command{newCleanupCommand(o.Logging), newDiffCommand(o.Logging),
-		newStatusCommand(o.Logging), newPrepareNodeCommand(o.Logging)} {
+		newStatusCommand(o.Logging), newPrepareNodeCommand(o.Logging), newDoctorCommand(o.Logging)} {
 		applyToolHelp(tool)
 		cmd.AddCommand(tool)
 	}

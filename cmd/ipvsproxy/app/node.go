@@ -3,12 +3,12 @@ package app
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/doctor"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
@@ -85,17 +85,17 @@ func startupSysctls(sc sysctl.Interface, strictARP bool) error {
 }
 
 func kernelBefore(major, minor int) bool {
+	ma, mi, ok := doctor.KernelVersion(kernelRelease())
+	return ok && (ma < major || ma == major && mi < minor)
+}
+
+// kernelRelease is uname -r ("" if it cannot be read).
+func kernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
-		return false
+		return ""
 	}
-	rel := strings.SplitN(unix.ByteSliceToString(u.Release[:]), ".", 3)
-	if len(rel) < 2 {
-		return false
-	}
-	ma, _ := strconv.Atoi(rel[0])
-	mi, _ := strconv.Atoi(strings.TrimFunc(rel[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return ma < major || ma == major && mi < minor
+	return unix.ByteSliceToString(u.Release[:])
 }
 
 // applyTimeouts sets the IPVS timeouts that are > 0 (kube-proxy: only then).

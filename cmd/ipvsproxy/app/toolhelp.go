@@ -38,6 +38,11 @@ var toolHelps = map[string]toolHelp{
 		privileges: "Reads the kernel only; needs CAP_NET_ADMIN (IPVS and ipset reads are privileged).",
 		flags:      []string{"config", "ipvs-exclude-cidrs", "nodeport-addresses", "bind-address", "iptables-backend", "metrics-bind-address"},
 	},
+	"doctor": {
+		example:    "  ipvsproxy doctor\n  ipvsproxy doctor --config /var/lib/kube-proxy/config.conf -o json",
+		privileges: "Reads the kernel only; needs CAP_NET_ADMIN (IPVS and ipset reads are privileged).",
+		flags:      []string{"config", "ipvs-scheduler", "ipvs-strict-arp", "iptables-backend", "output"},
+	},
 	"prepare-node": {
 		example:    "  ipvsproxy prepare-node --config /var/lib/kube-proxy/config.conf",
 		privileges: "Needs root with a writable /proc/sys and /sys (a privileged container): that is why it is a separate step.",

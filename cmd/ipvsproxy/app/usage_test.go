@@ -80,6 +80,7 @@ func TestToolHelp(t *testing.T) {
 		{"status", "--metrics-bind-address", "--kube-api-qps", "CAP_NET_ADMIN"},
 		{"cleanup", "--ipvs-exclude-cidrs", "--kube-api-burst", "root"},
 		{"prepare-node", "--conntrack-min", "--kubeconfig", "/proc/sys"},
+		{"doctor", "--ipvs-scheduler", "--kubeconfig", "CAP_NET_ADMIN"},
 	} {
 		var out bytes.Buffer
 		cmd := NewCommand()
