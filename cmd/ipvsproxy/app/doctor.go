@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/doctor"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -74,6 +75,13 @@ func doctorNode(o *Options) (doctor.Node, error) {
 		Backend: func() (string, error) {
 			b, err := iptablesBackend(o)
 			return string(b), err
+		},
+		Save: func(backend, table string) ([]byte, error) {
+			r, err := iptables.NewExecRunner(iptables.IPv4, iptables.Backend(backend))
+			if err != nil {
+				return nil, err
+			}
+			return r.Save(table)
 		},
 		Scheduler: o.Scheduler,
 		OwnedSet:  func(name string) bool { return owned[name] },

@@ -74,12 +74,49 @@ func getInt(sc sysctl.Interface, name string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(v))
 }
 
-func backend(n Node) Check {
+// backend reports the iptables backend in use, rules other programs keep
+// in the other backend (two backends on one node make rules that each
+// program cannot see of the other), and kube-proxy's iptables-mode
+// chains, which keep matching service traffic before IPVS does.
+func backend(n Node) []Check {
 	b, err := n.Backend()
 	if err != nil {
-		return Check{"iptables backend", Fail, err.Error()}
+		return []Check{{"iptables backend", Fail, err.Error()}}
 	}
-	return Check{"iptables backend", OK, b + " (the one with the most rules, as kube-proxy's iptables wrapper picks; --iptables-backend overrides)"}
+	out := []Check{{"iptables backend", OK, b + " (the one with the most rules, as kube-proxy's iptables wrapper picks; --iptables-backend overrides)"}}
+	other := "legacy"
+	if b == "legacy" {
+		other = "nft"
+	}
+	var foreign int
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		data, err := n.Save(other, table)
+		if err != nil {
+			continue // that backend's tools are not installed: nobody uses it
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "-A ") && !strings.Contains(l, "KUBE-") {
+				foreign++
+			}
+		}
+	}
+	if foreign > 0 {
+		out = append(out, Check{"iptables " + other, Warn, fmt.Sprintf("%d rules of other programs in the %s backend, which ipvsproxy (on %s) does not see; they apply to the same packets", foreign, other, b)})
+	}
+	if nat, err := n.Save(b, "nat"); err == nil {
+		var chains int
+		for _, l := range strings.Split(string(nat), "\n") {
+			for _, p := range []string{":KUBE-SVC-", ":KUBE-SEP-", ":KUBE-SVL-", ":KUBE-EXT-"} {
+				if strings.HasPrefix(l, p) {
+					chains++
+				}
+			}
+		}
+		if chains > 0 {
+			out = append(out, Check{"kube-proxy leftovers", Warn, fmt.Sprintf("%d KUBE-SVC/SEP/SVL/EXT chains of kube-proxy's iptables mode in %s nat: run `kube-proxy --cleanup` once", chains, b)})
+		}
+	}
+	return out
 }
 
 // setFill reports ipvsproxy's sets near their maxelem (ipvsproxy grows a

@@ -44,8 +44,12 @@ type Node struct {
 	SetsErr       error                  // why Sets is nil
 	Dummy         dummyif.Interface      // kube-ipvs0
 	Backend       func() (string, error) // the iptables backend in use (detected as kube-proxy's wrapper does)
-	Scheduler     string                 // --ipvs-scheduler
-	OwnedSet      func(name string) bool // whether ipvsproxy owns the set
+	// Save is iptables-save of one table with one backend ("legacy" or
+	// "nft"), IPv4; it finds the other backend's users and kube-proxy's
+	// iptables-mode leftovers.
+	Save      func(backend, table string) ([]byte, error)
+	Scheduler string                 // --ipvs-scheduler
+	OwnedSet  func(name string) bool // whether ipvsproxy owns the set
 }
 
 // Run runs every check.
@@ -55,7 +59,7 @@ func Run(n Node) []Check {
 	out = append(out, modules(n)...)
 	out = append(out, sysctls(n)...)
 	out = append(out, conntrackFill(n.Sysctl))
-	out = append(out, backend(n))
+	out = append(out, backend(n)...)
 	sets, lbEntries := setFill(n)
 	out = append(out, sets...)
 	out = append(out, strictARP(n, lbEntries), addresses(n.Dummy))

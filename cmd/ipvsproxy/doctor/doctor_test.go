@@ -43,6 +43,7 @@ func healthy(t *testing.T) (Node, *sysctl.Fake, *ipset.Fake, *dummyif.Fake) {
 		LinkExists:    func(name string) bool { return links[name] },
 		Sysctl:        sc, Sets: sets, Dummy: d,
 		Backend:   func() (string, error) { return "nft", nil },
+		Save:      func(string, string) ([]byte, error) { return nil, errors.New("not installed") },
 		Scheduler: "rr",
 		OwnedSet:  func(name string) bool { return strings.HasPrefix(name, "KUBE-") },
 	}, sc, sets, d
@@ -87,6 +88,17 @@ func TestProblemsFound(t *testing.T) {
 	n.LinkExists = func(name string) bool { return name == "kube-dummy-if" }
 	n.Backend = func() (string, error) { return "", errors.New("no iptables-save on the PATH") }
 	checks := Run(n)
+	n.Backend = func() (string, error) { return "nft", nil }
+	n.Save = func(backend, table string) ([]byte, error) {
+		switch {
+		case backend == "legacy" && table == "filter":
+			return []byte("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j ACCEPT\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n"), nil
+		case backend == "nft" && table == "nat":
+			return []byte("*nat\n:KUBE-SVC-ABC - [0:0]\n:KUBE-SEP-DEF - [0:0]\n:KUBE-SERVICES - [0:0]\nCOMMIT\n"), nil
+		}
+		return nil, nil
+	}
+	checks = append(checks, Run(n)...)
 	for _, want := range []struct {
 		name   string
 		status Status
@@ -99,6 +111,8 @@ func TestProblemsFound(t *testing.T) {
 		{"strict ARP", Warn, "1 load-balancer IP entries"},
 		{"kube-router leftovers", Warn, "link kube-dummy-if, ipset kube-router-svip"},
 		{"iptables backend", Fail, "no iptables-save"},
+		{"iptables legacy", Warn, "1 rules of other programs in the legacy backend"},
+		{"kube-proxy leftovers", Warn, "2 KUBE-SVC/SEP/SVL/EXT chains"},
 	} {
 		c := find(checks, want.name)
 		if c.Status != want.status || !strings.Contains(c.Detail, want.says) {
