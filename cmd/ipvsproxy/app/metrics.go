@@ -11,12 +11,12 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info, as kube-proxy
 )
 
-// metricsGatherer is what /metrics serves: ipvsproxy's own registry (the
+// MetricsGatherer is what /metrics serves: ipvsproxy's own registry (the
 // sync's kubeproxy_* and ipvsproxy_* metrics, health, sizing, canary,
 // per-service stats) and component-base's legacy registry, which holds
 // what every Kubernetes component exports: client-go's rest_client_*
 // metrics, kubernetes_build_info and the Go and process collectors.
-func metricsGatherer(reg *prometheus.Registry) prometheus.Gatherer {
+func MetricsGatherer(reg *prometheus.Registry) prometheus.Gatherer {
 	return prometheus.Gatherers{reg, legacyregistry.DefaultGatherer}
 }
 
@@ -24,7 +24,7 @@ func metricsGatherer(reg *prometheus.Registry) prometheus.Gatherer {
 // handlers under /debug/pprof/ (kube-proxy's enableProfiling).
 func metricsHandler(reg *prometheus.Registry, profiling bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(metricsGatherer(reg), promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(MetricsGatherer(reg), promhttp.HandlerOpts{Registry: reg}))
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

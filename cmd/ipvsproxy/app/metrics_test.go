@@ -132,7 +132,7 @@ func servedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if _, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := metricsGatherer(reg).Gather()
+	mfs, err := MetricsGatherer(reg).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
