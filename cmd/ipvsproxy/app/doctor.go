@@ -1,7 +1,6 @@
 package app
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"path"
@@ -22,8 +21,8 @@ func newDoctorCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 	var output string
 	cmd, _ := toolCommand("doctor", "Check this node for what ipvsproxy needs and what commonly goes wrong (exit 0 all well, 1 warnings or failures, 2 error)", logging,
 		func(cmd *cobra.Command, o *Options) error {
-			if output != "text" && output != "json" {
-				return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+			if err := checkOutput(cmd, output); err != nil {
+				return err
 			}
 			n, err := doctorNode(o)
 			if err != nil {

@@ -99,8 +99,8 @@ func newDiffCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 	var output string
 	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)", logging,
 		func(cmd *cobra.Command, o *Options) error {
-			if output != "text" && output != "json" {
-				return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+			if err := checkOutput(cmd, output); err != nil {
+				return err
 			}
 			d, err := runDiff(cmd.Context(), o)
 			if err != nil {
@@ -129,6 +129,15 @@ func newStatusCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 			return fail(cmd, runStatus(cmd.Context(), o, cmd.OutOrStdout()))
 		})
 	return cmd
+}
+
+// checkOutput refuses an --output other than text or json (exit 2, as
+// any error of diff and doctor).
+func checkOutput(cmd *cobra.Command, output string) error {
+	if output != "text" && output != "json" {
+		return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+	}
+	return nil
 }
 
 // realKernel opens the kernel adapters the tools read and write.
