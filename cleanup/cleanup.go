@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -73,18 +74,48 @@ func Run(c Config) (Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	for _, s := range have.Sets {
-		if err := c.Kernel.IPSet.DestroySet(s.Name); err != nil {
-			errs = append(errs, fmt.Errorf("destroy set %s: %w", s.Name, err))
-			continue
-		}
-		res.Sets++
-	}
+	res.Sets, errs = destroySets(c.Kernel.IPSet, have.Sets, errs)
 	if have.Link {
 		res.Addresses, res.Link, errs = removeLink(c.Kernel.Dummy, have, errs)
 	}
 	klog.InfoS("Cleaned up", "virtualServers", res.VirtualServers, "addresses", res.Addresses, "sets", res.Sets, "link", res.Link)
 	return res, errors.Join(errs...)
+}
+
+// setInUseWait bounds how long a set still in use right after the rules
+// went is retried (a variable for the tests).
+var setInUseWait = 5 * time.Second
+
+// destroySets destroys the owned sets. One still in use is retried for up
+// to setInUseWait: iptables-nft removes the rules in a transaction, but the
+// kernel frees their expressions (the set matches holding the references)
+// afterwards, from a work queue, so a destroy right after the restore can
+// still find the set in use; with legacy iptables the reference goes with
+// the restore. A set some other program's rule uses stays in use, and is
+// reported after the wait.
+func destroySets(h ipset.Interface, sets []ipset.Set, errs []error) (int, []error) {
+	n := 0
+	pending := sets
+	deadline := time.Now().Add(setInUseWait)
+	for len(pending) > 0 {
+		var inUse []ipset.Set
+		for _, s := range pending {
+			err := h.DestroySet(s.Name)
+			switch {
+			case err == nil:
+				n++
+			case errors.Is(err, ipset.ErrSetInUse) && time.Now().Before(deadline):
+				inUse = append(inUse, s)
+			default:
+				errs = append(errs, fmt.Errorf("destroy set %s: %w", s.Name, err))
+			}
+		}
+		pending = inUse
+		if len(pending) > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return n, errs
 }
 
 func removeVirtualServers(h ipvs.Interface, have *inspect.Actual, errs []error) (int, []error) {

@@ -1,8 +1,8 @@
 //go:build sandbox
 
 // This test runs as root inside the user-mode-Linux sandbox (see
-// e2e/sandbox/uml-run) against the real kernel and iptables-legacy. It
-// proves, with the operator's own tools, that cleanup removes exactly what
+// e2e/sandbox/uml-run) against the real kernel and the iptables backend
+// under test (E2E_IPTABLES). It proves, with the operator's own tools, that cleanup removes exactly what
 // ipvsproxy made: a hand-made IPVS service, ipset and iptables rules
 // survive it.
 package cleanup
@@ -31,15 +31,15 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	sandboxtest.Run(t, "ipvsadm", "-a", "-t", "192.0.2.10:80", "-r", "10.0.0.1:80", "-m")
 	sandboxtest.Run(t, "ipset", "create", "MY-SET", "hash:ip")
 	sandboxtest.Run(t, "ipset", "add", "MY-SET", "192.0.2.1")
-	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-N", "MY-CHAIN")
-	sandboxtest.Run(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-j", "MY-CHAIN")
-	sandboxtest.Run(t, "iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-t", "nat", "-N", "MY-CHAIN")
+	sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-t", "nat", "-A", "PREROUTING", "-j", "MY-CHAIN")
+	sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
 	// ipvsproxy also writes the mangle table; a kernel instantiates a table
 	// on first use, and so does iptables-save list it.
-	sandboxtest.Run(t, "iptables-legacy", "-t", "mangle", "-N", "MY-MANGLE")
+	sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-t", "mangle", "-N", "MY-MANGLE")
 	sandboxtest.Run(t, "ip", "link", "add", "eth9", "type", "dummy")
 	sandboxtest.Run(t, "ip", "addr", "add", "192.168.1.10/24", "dev", "eth9")
-	iptBefore, vsBefore, setsBefore := sandboxtest.Run(t, "iptables-legacy-save"), sandboxtest.Run(t, "ipvsadm", "-Sn"), sandboxtest.Run(t, "ipset", "list", "-n")
+	iptBefore, vsBefore, setsBefore := sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, "save")), sandboxtest.Run(t, "ipvsadm", "-Sn"), sandboxtest.Run(t, "ipset", "list", "-n")
 
 	// ipvsproxy's state, made by its adapters as the proxy makes it.
 	h, err := ipvs.New()
@@ -49,7 +49,7 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	must(t, err)
 	sets, err := ipset.New()
 	must(t, err)
-	runner, err := iptables.NewExecRunner(iptables.IPv4, iptables.BackendLegacy)
+	runner, err := iptables.NewExecRunner(iptables.IPv4, iptables.Backend(sandboxtest.IPTablesBackend(t)))
 	must(t, err)
 	rules, err := iptables.NewSyncer(runner, iptables.DefaultConfig(iptables.IPv4))
 	must(t, err)
@@ -87,8 +87,8 @@ func TestSandboxCleanupRemovesOnlyOurs(t *testing.T) {
 	if out := sandboxtest.Run(t, "ipset", "list", "-n"); out != setsBefore {
 		t.Errorf("ipset list -n after cleanup:\n%s\nwant:\n%s", out, setsBefore)
 	}
-	if out := sandboxtest.Run(t, "iptables-legacy-save"); iptables.NormalizeSave([]byte(out)) != iptables.NormalizeSave([]byte(iptBefore)) {
-		t.Errorf("iptables-legacy-save after cleanup:\n%s\nwant:\n%s", out, iptBefore)
+	if out := sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, "save")); iptables.NormalizeSave([]byte(out)) != iptables.NormalizeSave([]byte(iptBefore)) {
+		t.Errorf("iptables-save after cleanup:\n%s\nwant:\n%s", out, iptBefore)
 	}
 	if out, err := exec.Command("ip", "link", "show", dummyif.DefaultLinkName).CombinedOutput(); err == nil {
 		t.Errorf("kube-ipvs0 still exists:\n%s", out)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -199,5 +200,33 @@ func TestCleanupKeepsExcludedAddressAndLink(t *testing.T) {
 	}
 	if res.Link {
 		t.Error("cleanup reports the link deleted though a foreign address is on it")
+	}
+}
+
+// With iptables-nft the kernel frees a removed rule's set match after the
+// restore returns (from a work queue), so a set can still be in use for a
+// moment: cleanup retries it and destroys it. A set another program's rule
+// keeps using is reported once the wait is over, and the rest still goes.
+func TestCleanupWaitsForSetReferences(t *testing.T) {
+	defer func(w time.Duration) { setInUseWait = w }(setInUseWait)
+	setInUseWait = 300 * time.Millisecond
+	n := programmedNode(t)
+	refs := map[string]int{sync.SetClusterIP: 2, sync.SetLoopBack: 1 << 30} // destroys refused
+	n.ipset.Inject = func(verb, set string, _ *ipset.Entry) error {
+		if verb == ipset.VerbDestroy && refs[set] > 0 {
+			refs[set]--
+			return ipset.ErrSetInUse
+		}
+		return nil
+	}
+	res, err := Run(n.config())
+	if err == nil || !strings.Contains(err.Error(), "destroy set "+sync.SetLoopBack+": ") || strings.Contains(err.Error(), sync.SetClusterIP) {
+		t.Fatalf("err = %v; want only %s still in use", err, sync.SetLoopBack)
+	}
+	if res.Sets != 16 {
+		t.Errorf("destroyed %d sets, want 16 (all but %s)", res.Sets, sync.SetLoopBack)
+	}
+	if got := n.ipset.String(); strings.Contains(got, sync.SetClusterIP) || !strings.Contains(got, "create "+sync.SetLoopBack+" ") {
+		t.Errorf("ipset save after cleanup:\n%s", got)
 	}
 }

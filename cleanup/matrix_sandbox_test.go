@@ -35,11 +35,11 @@ func realMatrixNode(t *testing.T) *matrixNode {
 	must(t, err)
 	s, err := ipset.New()
 	must(t, err)
-	ipt, err := iptables.NewExecRunner(iptables.IPv4, iptables.BackendLegacy)
+	ipt, err := iptables.NewExecRunner(iptables.IPv4, iptables.Backend(sandboxtest.IPTablesBackend(t)))
 	must(t, err)
 	n := &matrixNode{k: sync.Kernel{IPVS: h, Dummy: d, IPSet: s}, ipt: ipt, view: func(t *testing.T) string {
 		return sandboxtest.Run(t, "ipvsadm", "-Sn") + sandboxtest.Run(t, "ipset", "save") +
-			sandboxtest.Run(t, "iptables-legacy-save") + sandboxtest.Run(t, "ip", "-o", "addr", "show")
+			sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, "save")) + sandboxtest.Run(t, "ip", "-o", "addr", "show")
 	}}
 	prepareNode(t, n)
 	return n
@@ -47,8 +47,8 @@ func realMatrixNode(t *testing.T) *matrixNode {
 
 func resetKernel(t *testing.T) {
 	for _, table := range []string{"nat", "filter", "mangle"} {
-		sandboxtest.Run(t, "iptables-legacy", "-t", table, "-F")
-		sandboxtest.Run(t, "iptables-legacy", "-t", table, "-X")
+		sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-t", table, "-F")
+		sandboxtest.Run(t, sandboxtest.IPTablesTool(t, false, ""), "-t", table, "-X")
 	}
 	sandboxtest.Run(t, "ipvsadm", "-C")
 	sandboxtest.Run(t, "ipset", "destroy")

@@ -68,7 +68,7 @@ func setupPod(t *testing.T) {
 		{"sysctl", "-qw", "net.ipv4.vs.conntrack=1"},
 		// Conntrack only tracks a namespace once something needs it; on a
 		// node that is kube-proxy's nat rules. Same here.
-		{"iptables-legacy", "-t", "nat", "-A", "POSTROUTING", "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"},
+		{sandboxtest.IPTablesTool(t, false, ""), "-t", "nat", "-A", "POSTROUTING", "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"},
 		{"ip", "netns", "add", "pod"},
 		{"ip", "link", "add", "veth-host", "type", "veth", "peer", "name", "veth-pod"},
 		{"ip", "link", "set", "veth-pod", "netns", "pod"},
@@ -102,7 +102,7 @@ func setupPod(t *testing.T) {
 			{"ip", "link", "del", "kube-ipvs0"},
 			{"ip", "link", "del", "veth-host"},
 			{"ip", "netns", "del", "pod"},
-			{"iptables-legacy", "-t", "nat", "-D", "POSTROUTING", "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"},
+			{sandboxtest.IPTablesTool(t, false, ""), "-t", "nat", "-D", "POSTROUTING", "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"},
 			{"conntrack", "-F"},
 		} {
 			_ = exec.Command(c[0], c[1:]...).Run()

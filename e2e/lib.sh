@@ -28,7 +28,10 @@ install_packages() {
   for c in "${!pkg_of[@]}"; do
     PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || missing+=("${pkg_of[$c]}")
   done
-  [ -f /usr/src/linux-source-6.12.tar.xz ] || missing+=(linux-source-6.12)
+  local k
+  for k in 6.12 6.1; do # the two sandbox kernels' sources (E2E_KERNEL)
+    [ -f "/usr/src/linux-source-$k.tar.xz" ] || missing+=("linux-source-$k")
+  done
   [ -f /usr/include/libelf.h ] || missing+=(libelf-dev)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "    installing: ${missing[*]}" >&2

@@ -38,6 +38,14 @@ const sharedClusterCIDRRule = "! -s 10.244.0.0/16"
 // follow find the node as they expect.
 func proxyWith(t *testing.T, name string, extra ...string) *framework.Proxy {
 	t.Helper()
+	return proxyAfter(t, name, nil, extra...)
+}
+
+// proxyAfter is proxyWith with a step (when not nil) run between stopping
+// the shared proxy and starting the other one: a test that needs the node
+// in another state first, e.g. cleaned.
+func proxyAfter(t *testing.T, name string, before func(), extra ...string) *framework.Proxy {
+	t.Helper()
 	shared := proxy(t)
 	if err := shared.Stop(); err != nil {
 		t.Fatal(err)
@@ -61,6 +69,9 @@ func proxyWith(t *testing.T, name string, extra ...string) *framework.Proxy {
 			t.Errorf("the shared proxy after the %s proxy: %v", name, err)
 		}
 	})
+	if before != nil {
+		before()
+	}
 	if err := p.Start(); err != nil {
 		t.Fatalf("ipvsproxy %v: %v", extra, err)
 	}

@@ -91,9 +91,9 @@ func getDeployed(c context.Context, d deploy.Doc) error {
 
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
-// natRules is iptables-legacy-save -t nat without comments and counters.
+// natRules is iptables-save -t nat without comments and counters.
 func natRules() (string, error) {
-	out, err := framework.Run("iptables-legacy-save", "-t", "nat")
+	out, err := framework.Run("iptables-save", "-t", "nat")
 	if err != nil {
 		return "", err
 	}
@@ -130,7 +130,7 @@ func TestFirewallReloadRestored(t *testing.T) {
 	}
 	passes, restores := metric(t, fullPassesMetric), metric(t, canaryRestoresMetric)
 	for _, args := range [][]string{{"-t", "nat", "-F", "KUBE-SERVICES"}, {"-t", "nat", "-X", "KUBE-PROXY-CANARY"}} {
-		if _, err := framework.Run("iptables-legacy", args...); err != nil {
+		if _, err := framework.Run("iptables", args...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -250,7 +250,7 @@ func TestDiffCommand(t *testing.T) {
 func TestDiffAcceptsVerbosity(t *testing.T) {
 	p := proxy(t)
 	out, err := exec.Command(p.Path, "diff", "--kubeconfig", cluster.Kubeconfig, "--hostname-override", cluster.Node,
-		"--iptables-backend", "legacy", "--cluster-cidr", "10.244.0.0/16", "-v", "2").CombinedOutput()
+		"--iptables-backend", framework.IPTablesBackend(), "--cluster-cidr", "10.244.0.0/16", "-v", "2").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 2 {
 		t.Fatalf("PRODUCT BUG: ipvsproxy diff rejects -v (klog flags are registered on the root command only, cmd/ipvsproxy/app/command.go): exit 2:\n%s", out)
 	}

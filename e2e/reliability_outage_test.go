@@ -253,7 +253,7 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 			for i, a := range args {
 				args[i] = strings.ReplaceAll(a, "_", " ") // one comment argument
 			}
-			if _, err := framework.Run("iptables-legacy", args...); err != nil {
+			if _, err := framework.Run("iptables", args...); err != nil {
 				t.Fatal(err)
 			}
 			broken := time.Now()
@@ -349,7 +349,7 @@ func TestCleanupKeepsForeign(t *testing.T) {
 		}
 	})
 	began := time.Now()
-	out, err := framework.Run(p.Path, "cleanup", "--iptables-backend", "legacy", "--cluster-cidr", "10.244.0.0/16")
+	out, err := framework.Run(p.Path, "cleanup", "--iptables-backend", framework.IPTablesBackend(), "--cluster-cidr", "10.244.0.0/16")
 	t.Logf("ipvsproxy cleanup: %s", strings.TrimSpace(out))
 	t.Logf("FIGURE cleanup: ipvsproxy cleanup took %v", time.Since(began).Round(time.Millisecond))
 	if err != nil {

@@ -9,13 +9,16 @@
 #   E2E_TIMEOUT=SECONDS  kill a hung sandbox after this long (default 2400)
 #   E2E_IPVSPROXY=PATH   binary under test (default bin/ipvsproxy)
 #   E2E_VERBOSE=0        less test output (default: -test.v)
+#   E2E_KERNEL=6.12|6.1  sandbox kernel (default 6.12; e2e/tools/build-uml.sh)
+#   E2E_IPTABLES=nft|legacy  iptables backend under test (default: nft on
+#                        6.12, legacy on 6.1; e2e/sandbox/uml-run)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 total_start=$(date +%s)
 trap print_timings EXIT
 
 stage "packages"; install_packages; stage_done
-[ -n "${UML_KERNEL_DIR:-}" ] || { stage "user-mode Linux kernel (cached)"; "$e2e/tools/build-uml.sh" >/dev/null; stage_done; }
+[ -n "${UML_KERNEL_DIR:-}" ] || { stage "user-mode Linux ${E2E_KERNEL:-6.12} kernel (cached)"; "$e2e/tools/build-uml.sh" >/dev/null; stage_done; }
 stage "kube-apiserver, etcd (cached)"; cluster_binaries; stage_done
 stage "e2e binaries"; build_guest_binaries; stage_done
 

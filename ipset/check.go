@@ -16,6 +16,9 @@ var (
 	ErrSetNotFound = errors.New("the set with the given name does not exist")
 	ErrHashFull    = errors.New("hash is full, cannot add more elements")
 	ErrOutOfRange  = errors.New("element is out of the range of the set")
+	// ErrSetInUse: the kernel refuses to destroy a set that a rule (an
+	// iptables match, legacy or nft) still references.
+	ErrSetInUse = errors.New("the set is in use by a kernel component (an iptables rule?)")
 	// ErrDumpInterrupted is wrapped by WalkEntries' error when the
 	// kernel's dump could not be read consistently (see Interface).
 	ErrDumpInterrupted = nlconn.ErrDumpInterrupted

@@ -298,7 +298,7 @@ func kernelError(err error, t Type) error {
 	case errno == nl.IPSET_ERR_TYPE_MISMATCH:
 		return errors.New("the sets cannot be swapped: their type or family differ")
 	case errno == nl.IPSET_ERR_BUSY, errno == nl.IPSET_ERR_REFERENCED:
-		return errors.New("the set is in use by a kernel component (an iptables rule?)")
+		return ErrSetInUse
 	case errno == nl.IPSET_ERR_PROTOCOL:
 		return errors.New("kernel error received: ipset protocol error")
 	case errno < nl.IPSET_ERR_PRIVATE:

@@ -12,14 +12,14 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 )
 
-// TestSandboxMonitorRestoresAfterWipe: with the real legacy iptables and
+// TestSandboxMonitorRestoresAfterWipe: with the real iptables and
 // the production poll interval (1 s), flushing KUBE-SERVICES and deleting
 // the canary (what a firewalld reload does to foreign chains) is repaired
 // within 3 s, and the repaired tables are exactly what a fresh Sync writes.
 func TestSandboxMonitorRestoresAfterWipe(t *testing.T) {
 	for _, fam := range []Family{IPv4, IPv6} {
 		createSets(t, fam)
-		real := legacyRunner(t, fam)
+		real := sandboxRunner(t, fam)
 		s := mustSyncer(t, real, DefaultConfig(fam))
 		if _, err := s.Sync(); err != nil {
 			t.Fatal(err)
@@ -35,10 +35,7 @@ func TestSandboxMonitorRestoresAfterWipe(t *testing.T) {
 		go func() { m.Run(ctx); close(done) }()
 		time.Sleep(1500 * time.Millisecond) // the first look
 
-		ipt := "iptables-legacy"
-		if fam == IPv6 {
-			ipt = "ip6tables-legacy"
-		}
+		ipt := sandboxtest.IPTablesTool(t, fam == IPv6, "")
 		sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
 		sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-X", ChainCanary)
 		wiped := time.Now()
@@ -59,12 +56,14 @@ func TestSandboxMonitorRestoresAfterWipe(t *testing.T) {
 	}
 }
 
-// TestSandboxGeneration proves the cheap check sees changes: the legacy
-// table header changes when a chain is added or removed, and stays put
-// otherwise; the nf_tables generation can be read. It also measures the
+// TestSandboxGeneration proves the cheap check sees changes: the table's
+// generation (legacy: the table header's; nft: the ruleset's) changes when
+// a chain is added or removed, and stays put otherwise; the nf_tables
+// generation can be read on either backend. It also measures the
 // cost of one look against the process the alternative would spawn.
 func TestSandboxGeneration(t *testing.T) {
-	r := legacyRunner(t, IPv4)
+	r := sandboxRunner(t, IPv4)
+	ipt := sandboxtest.IPTablesTool(t, false, "")
 	g1, err := r.Generation(TableNAT)
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +71,9 @@ func TestSandboxGeneration(t *testing.T) {
 	if g2, _ := r.Generation(TableNAT); g2 != g1 {
 		t.Fatalf("generation moved without a change: %d, then %d", g1, g2)
 	}
-	sandboxtest.Run(t, "iptables-legacy", "-w", "-t", "nat", "-N", "GEN-TEST")
+	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-N", "GEN-TEST")
 	g3, _ := r.Generation(TableNAT)
-	sandboxtest.Run(t, "iptables-legacy", "-w", "-t", "nat", "-X", "GEN-TEST")
+	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-X", "GEN-TEST")
 	g4, _ := r.Generation(TableNAT)
 	if g3 == g1 || g4 == g3 {
 		t.Errorf("generation did not follow chain -N/-X: %d, %d, %d", g1, g3, g4)
@@ -101,7 +100,7 @@ func TestSandboxGeneration(t *testing.T) {
 	const procs = 20
 	start = time.Now()
 	for range procs {
-		if out, err := exec.Command("iptables-legacy", "-w", "-t", "nat", "-S", "POSTROUTING").CombinedOutput(); err != nil {
+		if out, err := exec.Command(ipt, "-w", "-t", "nat", "-S", "POSTROUTING").CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
@@ -113,7 +112,7 @@ func TestSandboxGeneration(t *testing.T) {
 		}
 	}
 	perNFT := time.Since(start) / looks
-	t.Logf("one look: legacy getsockopt %v, nft GETGEN %v; one `iptables-legacy -t nat -S` process %v", perLook, perNFT, perProc)
+	t.Logf("one look: %s generation %v, nft GETGEN %v; one `%s -t nat -S` process %v", r.Backend(), perLook, perNFT, ipt, perProc)
 	if perLook*10 > perProc {
 		t.Errorf("the kernel read (%v) is not much cheaper than a process (%v)", perLook, perProc)
 	}

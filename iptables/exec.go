@@ -13,29 +13,6 @@ import (
 	"time"
 )
 
-// Backend is the iptables flavour: the legacy (x_tables) kernel API or
-// nf_tables. Rules must go where the rest of the node (kubelet, CNI)
-// writes theirs, or the two sets of rules never see each other.
-type Backend string
-
-// The values of --iptables-backend.
-const (
-	BackendAuto   Backend = "auto"
-	BackendLegacy Backend = "legacy"
-	BackendNFT    Backend = "nft"
-)
-
-// ParseBackend parses a --iptables-backend value; "" means auto.
-func ParseBackend(s string) (Backend, error) {
-	switch b := Backend(strings.ToLower(strings.TrimSpace(s))); b {
-	case "", BackendAuto:
-		return BackendAuto, nil
-	case BackendLegacy, BackendNFT:
-		return b, nil
-	}
-	return "", fmt.Errorf("iptables: unknown backend %q (want auto, legacy or nft)", s)
-}
-
 // runFunc runs one binary with stdin and returns stdout and stderr.
 type runFunc func(ctx context.Context, bin string, args []string, stdin []byte) (stdout, stderr []byte, err error)
 
@@ -190,71 +167,4 @@ func commandError(bin string, args []string, err error, stderr []byte) error {
 		msg += ": " + strings.Join(parts, "; ")
 	}
 	return errors.New(msg)
-}
-
-// Hint chains kubelet creates in the mangle table of the backend it uses.
-var kubeletHints = []string{":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY "}
-
-// DetectBackend picks the backend the rest of the node uses, as
-// kubernetes-sigs/iptables-wrappers does: the backend holding kubelet's
-// hint chains wins (nft checked first); otherwise the one showing more
-// rules; on a tie nft, unless its tools do not work.
-func DetectBackend() (Backend, error) {
-	return detectBackend(execRun)
-}
-
-func detectBackend(run runFunc) (Backend, error) {
-	// save runs both families' save tools and reports the output and
-	// whether at least one of them worked. nft-save is given 5 s: some
-	// iptables-nft versions loop forever on odd rulesets.
-	save := func(b Backend, args ...string) (string, bool) {
-		var all strings.Builder
-		ok := false
-		for _, fam := range []Family{IPv4, IPv6} {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			out, _, err := run(ctx, binary(fam, b, "save"), args, nil)
-			cancel()
-			if err == nil {
-				ok = true
-				all.Write(out)
-				all.WriteByte('\n')
-			}
-		}
-		return all.String(), ok
-	}
-	for _, b := range []Backend{BackendNFT, BackendLegacy} {
-		if out, _ := save(b, "-t", "mangle"); hasHint(out) {
-			return b, nil
-		}
-	}
-	legacyOut, legacyOK := save(BackendLegacy)
-	nftOut, nftOK := save(BackendNFT)
-	switch {
-	case !legacyOK && !nftOK:
-		return "", errors.New("iptables: neither iptables-legacy-save nor iptables-nft-save works")
-	case !nftOK, legacyOK && countRules(legacyOut) > countRules(nftOut):
-		return BackendLegacy, nil
-	}
-	return BackendNFT, nil
-}
-
-func hasHint(save string) bool {
-	for _, l := range strings.Split(save, "\n") {
-		for _, h := range kubeletHints {
-			if strings.HasPrefix(l, h) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func countRules(save string) int {
-	n := 0
-	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, "-") {
-			n++
-		}
-	}
-	return n
 }

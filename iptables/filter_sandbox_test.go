@@ -62,7 +62,7 @@ func TestSandboxIPVSFilterRealTraffic(t *testing.T) {
 		}()
 	}
 
-	s := mustSyncer(t, legacyRunner(t, IPv4), DefaultConfig(IPv4))
+	s := mustSyncer(t, sandboxRunner(t, IPv4), DefaultConfig(IPv4))
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}

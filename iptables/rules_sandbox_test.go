@@ -1,8 +1,9 @@
 //go:build sandbox
 
 // These tests run as root inside the user-mode-Linux sandbox (see
-// e2e/sandbox/uml-run) against the real kernel with iptables-legacy; the
-// sandbox kernel has no nft_chain_nat. They prove that the text the
+// e2e/sandbox/uml-run) against the real kernel with the iptables backend
+// E2E_IPTABLES names (nft on the 6.12 sandbox kernel, legacy on 6.1; `make
+// sandbox-test` runs both). They prove that the text the
 // generator writes is exactly what iptables-save prints back (so a steady
 // node never rewrites), that FakeRunner prints what the real tool prints,
 // and that Cleanup removes only ipvsproxy's rules.
@@ -50,9 +51,10 @@ func createSets(t *testing.T, fam Family) {
 	}
 }
 
-func legacyRunner(t *testing.T, fam Family) *ExecRunner {
+// sandboxRunner runs the backend under test's tools for fam.
+func sandboxRunner(t *testing.T, fam Family) *ExecRunner {
 	t.Helper()
-	r, err := NewExecRunner(fam, BackendLegacy)
+	r, err := NewExecRunner(fam, Backend(sandboxtest.IPTablesBackend(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func foreignFor(fam Family) string {
 func TestSandboxSyncMatchesFake(t *testing.T) {
 	for _, fam := range []Family{IPv4, IPv6} {
 		createSets(t, fam)
-		real := &countingRunner{Runner: legacyRunner(t, fam)}
+		real := &countingRunner{Runner: sandboxRunner(t, fam)}
 		fake := NewFakeRunner(fam)
 		fake.SetKnownSets(ownedSetNames(fam)...)
 		for _, r := range []Runner{real, fake} {
@@ -142,10 +144,7 @@ func TestSandboxSyncMatchesFake(t *testing.T) {
 // kernel and the same way on the fake, so both repairs can be compared.
 func drift(t *testing.T, fam Family, fake *FakeRunner) {
 	t.Helper()
-	ipt := "iptables-legacy"
-	if fam == IPv6 {
-		ipt = "ip6tables-legacy"
-	}
+	ipt := sandboxtest.IPTablesTool(t, fam == IPv6, "")
 	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-F", ChainServices)
 	sandboxtest.Run(t, ipt, "-w", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", commentServicePortals, "-j", ChainServices)
 	sandboxtest.Run(t, ipt, "-w", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", commentForward, "-j", ChainForward)
@@ -162,7 +161,7 @@ func drift(t *testing.T, fam Family, fake *FakeRunner) {
 
 func TestSandboxExecRunner(t *testing.T) {
 	createSets(t, IPv4)
-	r := legacyRunner(t, IPv4)
+	r := sandboxRunner(t, IPv4)
 	if !r.HasRandomFully() {
 		t.Error("iptables 1.8 should support --random-fully")
 	}
@@ -179,14 +178,14 @@ func TestSandboxExecRunner(t *testing.T) {
 		t.Error("failed restore left chain ATOMIC behind")
 	}
 
-	// With our rules in the legacy tables, auto-detection picks legacy
-	// (iptables-nft-save shows no rules here).
+	// With our rules in the tables of the backend under test (and none in
+	// the other's), detection picks that backend.
 	s := mustSyncer(t, r, DefaultConfig(IPv4))
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := DetectBackend(); err != nil || b != BackendLegacy {
-		t.Errorf("DetectBackend = %q, %v; want legacy", b, err)
+	if b, err := DetectBackend(); err != nil || b != r.Backend() {
+		t.Errorf("DetectBackend = %q, %v; want %s", b, err, r.Backend())
 	}
 	if err := s.Cleanup(); err != nil {
 		t.Fatal(err)

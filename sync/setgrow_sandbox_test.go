@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/sandboxtest"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 )
@@ -36,7 +37,7 @@ func TestSandboxSetGrowthOnRealKernel(t *testing.T) {
 	}
 	// A rule referencing the set: the kernel refuses to destroy a set in
 	// use, so the swap must leave the referenced name holding the data.
-	if out, err := exec.Command("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "set", "--match-set", SetClusterIP, "dst,dst", "-j", "RETURN").CombinedOutput(); err != nil {
+	if out, err := exec.Command(sandboxtest.IPTablesTool(t, false, ""), "-t", "nat", "-A", "OUTPUT", "-m", "set", "--match-set", SetClusterIP, "dst,dst", "-j", "RETURN").CombinedOutput(); err != nil {
 		t.Fatalf("iptables: %v: %s", err, out)
 	}
 	rec := NewReconciler(Kernel{IPVS: ipvs.NewFake(), Dummy: dummyif.NewFake(""), IPSet: sets}, []string{SetClusterIP}, nil)

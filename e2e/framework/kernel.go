@@ -213,9 +213,9 @@ func DumpKernel() string {
 		{"ipset", "list", "-t"},
 		{"ipset", "save", "KUBE-CLUSTER-IP"},
 		{"ipset", "save", "KUBE-LOOP-BACK"},
-		{"iptables-legacy-save", "-t", "nat"},
-		{"iptables-legacy-save", "-t", "filter"},
-		{"iptables-legacy-save", "-t", "mangle"},
+		{"iptables-save", "-t", "nat"},
+		{"iptables-save", "-t", "filter"},
+		{"iptables-save", "-t", "mangle"},
 	} {
 		out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(c, " "), out)

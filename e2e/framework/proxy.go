@@ -29,6 +29,17 @@ type Proxy struct {
 // drift must be repaired within it.
 const SyncPeriod = 10 * time.Second
 
+// IPTablesBackend is the iptables backend under test (E2E_IPTABLES, which
+// e2e/sandbox/uml-run sets from E2E_KERNEL): the proxy is started with it,
+// and plain `iptables`/`iptables-save` on the guest's PATH are its tools
+// (e2e/guest/cluster.sh), so a test reads what the proxy wrote.
+func IPTablesBackend() string {
+	if b := os.Getenv("E2E_IPTABLES"); b != "" {
+		return b
+	}
+	panic("E2E_IPTABLES is not set: run the suite with e2e/run.sh (e2e/sandbox/uml-run sets it)")
+}
+
 // NewProxy builds the command line of the CLI contract for this sandbox.
 func NewProxy(path, kubeconfig, node, logPath string) *Proxy {
 	return &Proxy{
@@ -39,7 +50,7 @@ func NewProxy(path, kubeconfig, node, logPath string) *Proxy {
 			"--cluster-cidr", "10.244.0.0/16",
 			"--ipvs-sync-period", SyncPeriod.String(),
 			"--ipvs-min-sync-period", "0s",
-			"--iptables-backend", "legacy",
+			"--iptables-backend", IPTablesBackend(),
 			"--healthz-bind-address", "127.0.0.1:10256",
 			"--metrics-bind-address", "127.0.0.1:10249",
 			"-v", "2",

@@ -248,10 +248,10 @@ func ConntrackUDP(dst string, port int) ([]string, error) {
 	return lines, sc.Err()
 }
 
-// NatRules are the rules of the nat table (iptables-legacy-save -t nat)
+// NatRules are the rules of the nat table (iptables-save -t nat, the backend under test)
 // that are ipvsproxy's: every "-A" line naming a KUBE- chain.
 func NatRules() ([]string, error) {
-	out, err := Run("iptables-legacy-save", "-t", "nat")
+	out, err := Run("iptables-save", "-t", "nat")
 	if err != nil {
 		return nil, err
 	}

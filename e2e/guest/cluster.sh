@@ -26,11 +26,13 @@ ip -6 addr add "${E2E_NODE_IP6:-fd00:10:10::1}/64" dev node0 nodad
 ip link set node0 up
 # IPv6 forwarding too, for dual-stack services (ip_forward is set by uml-init).
 sysctl -qw net.ipv6.conf.all.forwarding=1
-# kube-proxy tools call plain `iptables`; only the legacy backend works in
-# this kernel (no nft_chain_nat), so shadow the names on PATH.
+# Plain `iptables` (the tests' and an operator's) is the backend under
+# test, E2E_IPTABLES (uml-run sets it from E2E_KERNEL), whatever Debian's
+# alternatives say: shadow the names on PATH.
+: "${E2E_IPTABLES:?set by uml-run}"
 mkdir -p /run/e2e-bin
 for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
-  ln -sf "/usr/sbin/$t-legacy" "/run/e2e-bin/$t"
+  ln -sf "/usr/sbin/${t%%-*}-$E2E_IPTABLES${t#${t%%-*}}" "/run/e2e-bin/$t"
 done
 export PATH=/run/e2e-bin:$PATH
 

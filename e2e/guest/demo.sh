@@ -13,7 +13,7 @@ echo "== applying $(ls "$E2E_EXAMPLES"/*.yaml | xargs -n1 basename | tr '\n' ' '
 echo "== starting ipvsproxy (log: $E2E_RESULTS/ipvsproxy.log)"
 "$E2E_IPVSPROXY" --kubeconfig "$E2E_KUBECONFIG" --hostname-override "$E2E_NODE" \
   --cluster-cidr 10.244.0.0/16 --ipvs-sync-period 10s --ipvs-min-sync-period 0s \
-  --iptables-backend legacy --healthz-bind-address 127.0.0.1:10256 \
+  --iptables-backend "$E2E_IPTABLES" --healthz-bind-address 127.0.0.1:10256 \
   --metrics-bind-address 127.0.0.1:10249 -v 2 >"$E2E_RESULTS/ipvsproxy.log" 2>&1 &
 proxy=$!
 start=${EPOCHREALTIME/./}

@@ -17,12 +17,21 @@
 # measured while another build shared the two cores).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+sandbox=$here/../sandbox
 cache=${E2E_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ipvsproxy-e2e}
-config=$here/../sandbox/uml.config
-# Our one change to the source: without it no UML kernel (6.1 or 6.12)
-# boots on a host with AMX, see the patch.
-patchfile=$here/../sandbox/uml-xstate.patch
-src_pkg=linux-source-6.12
+# E2E_KERNEL picks the source: 6.12 (default: nf_tables with every family,
+# both iptables backends) or 6.1 (uml-6.1.config: nf_tables without the
+# ip/ip6/inet families, so only the legacy backend works, as on Debian's
+# own user-mode-linux 6.1).
+kernel=${E2E_KERNEL:-6.12}
+case "$kernel" in
+  6.12) fragments=("$sandbox/uml.config"); patchfile=$sandbox/uml-xstate.patch ;;
+  6.1) fragments=("$sandbox/uml.config" "$sandbox/uml-6.1.config"); patchfile=$sandbox/uml-xstate-6.1.patch ;;
+  *) echo "build-uml.sh: E2E_KERNEL=$kernel: want 6.12 or 6.1" >&2; exit 2 ;;
+esac
+# The patch is our one change to the source: without it no UML kernel
+# (6.1 or 6.12) boots on a host with AMX, see the patch.
+src_pkg=linux-source-$kernel
 tarball=/usr/src/$src_pkg.tar.xz
 
 if [ ! -f "$tarball" ]; then
@@ -33,7 +42,7 @@ if [ ! -f "$tarball" ]; then
   apt-get install -y -qq --no-install-recommends "$src_pkg" build-essential flex bison bc libelf-dev kmod xz-utils >&2
 fi
 src_version=$(dpkg-query -W -f '${Version}' "$src_pkg")
-key=$(printf '%s\n' "$src_version" | cat - "$config" "$patchfile" | sha256sum | cut -c1-12)
+key=$(printf '%s\n' "$src_version" | cat - "${fragments[@]}" "$patchfile" | sha256sum | cut -c1-12)
 out=$cache/uml/$key
 if [ ! -x "$out/linux" ]; then
   echo "build-uml.sh: building user-mode Linux from $src_pkg $src_version (cached at $out; ~10 min on two free cores)" >&2
@@ -46,18 +55,20 @@ if [ ! -x "$out/linux" ]; then
     cd "$tree"
     patch -s -p1 < "$patchfile"
     make -s ARCH=um defconfig
-    scripts/kconfig/merge_config.sh -m -O . .config "$config" >/dev/null
+    scripts/kconfig/merge_config.sh -m -O . .config "${fragments[@]}" >/dev/null
     make -s ARCH=um olddefconfig
-    # Every option of the fragment must have survived olddefconfig: one
-    # that a dependency dropped would show only as a failing test later.
+    # Every option of the fragments (the last one naming an option wins)
+    # must have survived olddefconfig: one that a dependency dropped would
+    # show only as a failing test later.
     while IFS='=' read -r k v; do
-      case "$k" in CONFIG_*) ;; *) continue ;; esac
       got=$(grep -E "^$k=|^# $k is not set" .config || true)
       case "$v" in
         n) [ -z "$got" ] || [ "$got" = "# $k is not set" ] || { echo "build-uml.sh: $k: want n, got $got" >&2; exit 1; } ;;
         *) [ "$got" = "$k=$v" ] || { echo "build-uml.sh: $k: want $v, got ${got:-nothing}" >&2; exit 1; } ;;
       esac
-    done < "$config"
+    done < <(awk '/^CONFIG_[A-Z0-9_]*=/ { i = index($0, "="); v[substr($0, 1, i-1)] = substr($0, i+1); next }
+                  /^# CONFIG_[A-Z0-9_]* is not set$/ { v[$2] = "n" }
+                  END { for (k in v) print k "=" v[k] }' "${fragments[@]}")
     make -s ARCH=um -j"$(nproc)" linux modules
     kver=$(make -s ARCH=um kernelrelease)
     make -s ARCH=um modules_install INSTALL_MOD_PATH="$work/modroot" >/dev/null

@@ -28,3 +28,29 @@ func Run(t testing.TB, name string, args ...string) string {
 	}
 	return string(out)
 }
+
+// IPTablesBackend is the iptables backend the adapter tests use, "legacy"
+// or "nft": E2E_IPTABLES, which e2e/sandbox/uml-run sets from E2E_KERNEL.
+func IPTablesBackend(t testing.TB) string {
+	t.Helper()
+	b := os.Getenv("E2E_IPTABLES")
+	if b != "legacy" && b != "nft" {
+		t.Fatalf("E2E_IPTABLES=%q: want legacy or nft (e2e/sandbox/uml-run sets it)", b)
+	}
+	return b
+}
+
+// IPTablesTool names an operator's tool of the backend under test:
+// IPTablesTool(t, false, "") is iptables-nft or iptables-legacy,
+// IPTablesTool(t, true, "save") ip6tables-nft-save or ip6tables-legacy-save.
+func IPTablesTool(t testing.TB, v6 bool, tool string) string {
+	t.Helper()
+	name := "iptables-" + IPTablesBackend(t)
+	if v6 {
+		name = "ip6" + name[len("ip"):]
+	}
+	if tool != "" {
+		name += "-" + tool
+	}
+	return name
+}

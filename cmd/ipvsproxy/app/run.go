@@ -97,7 +97,7 @@ func Run(ctx context.Context, o *Options) error {
 	reg := prometheus.NewRegistry() // served with component-base's: metrics.go
 	metrics := sync.NewMetrics(reg)
 
-	backend, err := iptablesBackend(o)
+	backend, err := proxyIPTablesBackend(o)
 	if err != nil {
 		return err
 	}
@@ -364,8 +364,9 @@ func podCIDRs(n *v1.Node) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// iptablesBackend resolves --iptables-backend, detecting it for "auto"
-// as kube-proxy's wrapper does.
+// iptablesBackend resolves --iptables-backend for the tools that read
+// (diff, status, cleanup), detecting it for "auto" as kube-proxy's wrapper
+// does, without writing.
 func iptablesBackend(o *Options) (iptables.Backend, error) {
 	backend, err := iptables.ParseBackend(o.IPTablesBackend)
 	if err != nil || backend != iptables.BackendAuto {
@@ -375,6 +376,26 @@ func iptablesBackend(o *Options) (iptables.Backend, error) {
 		return "", err
 	}
 	klog.InfoS("Detected the iptables backend", "backend", backend)
+	return backend, nil
+}
+
+// proxyIPTablesBackend resolves --iptables-backend for the proxy, which
+// writes: the backend must take a write, or "auto" falls back to the other
+// one (one warning) and an explicit one stops the start with an error, so
+// no sync loop retries a restore that cannot succeed.
+func proxyIPTablesBackend(o *Options) (iptables.Backend, error) {
+	requested, err := iptables.ParseBackend(o.IPTablesBackend)
+	if err != nil {
+		return "", err
+	}
+	backend, warning, err := iptables.ResolveBackend(requested)
+	if err != nil {
+		return "", err
+	}
+	if warning != "" {
+		klog.Warning(warning)
+	}
+	klog.InfoS("Using the iptables backend", "backend", backend, "requested", requested)
 	return backend, nil
 }
 
