@@ -64,10 +64,25 @@ func NetworkProgrammingBuckets() []float64 {
 // NewMetrics creates the metrics and registers them on reg (nil: not
 // registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{families: []string{FamilyIPv4}}
+	m.newKubeProxyMetrics()
+	m.newOwnMetrics()
+	if reg != nil {
+		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
+			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
+			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths)
+	}
+	return m
+}
+
+// newKubeProxyMetrics makes the kubeproxy_* metrics, as kube-proxy
+// defines them (pkg/proxy/metrics). It sets the whole struct: call it first.
+func (m *Metrics) newKubeProxyMetrics() {
 	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms … 16 s, kube-proxy's
 	family := []string{"ip_family"}
-	m := &Metrics{
-		families: []string{FamilyIPv4},
+	*m = Metrics{
+		families: m.families,
 		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "duration_seconds",
 			Help: "SyncProxyRules latency in seconds", Buckets: buckets}, family),
@@ -114,38 +129,35 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ConntrackReconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
 			Help: "Cumulative conntrack flows deleted by conntrack reconciler"}, family),
-		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "syncs_total",
-			Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"}),
-		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "sync_failed_services_total",
-			Help: "Service syncs that failed and were queued for retry"}),
-		ServicesFailing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "services_sync_failing",
-			Help: "Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event"}),
-		KernelOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "kernel_ops_total",
-			Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"}),
-		ServicesProgrammed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "services_programmed",
-			Help: "Services with kernel state applied, as of the last full pass"}),
-		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "real_servers_draining",
-			Help: "Real servers at weight 0 waiting for their connections to end"}),
-		SetGrowths: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "ipset_growths_total",
-			Help: "ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries"}),
-		ConntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
-			Help: "Stale UDP conntrack entries deleted after their backend went away"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
-			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
-			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
-			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths)
-	}
-	return m
+}
+
+// newOwnMetrics makes the ipvsproxy_* metrics.
+func (m *Metrics) newOwnMetrics() {
+	m.Syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "syncs_total",
+		Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"})
+	m.SyncFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "sync_failed_services_total",
+		Help: "Service syncs that failed and were queued for retry"})
+	m.ServicesFailing = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "ipvsproxy", Name: "services_sync_failing",
+		Help: "Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event"})
+	m.KernelOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "kernel_ops_total",
+		Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"})
+	m.ServicesProgrammed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "ipvsproxy", Name: "services_programmed",
+		Help: "Services with kernel state applied, as of the last full pass"})
+	m.Draining = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "ipvsproxy", Name: "real_servers_draining",
+		Help: "Real servers at weight 0 waiting for their connections to end"})
+	m.SetGrowths = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "ipset_growths_total",
+		Help: "ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries"})
+	m.ConntrackDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
+		Help: "Stale UDP conntrack entries deleted after their backend went away"})
 }
 
 // setFamilies records the families the node serves.
