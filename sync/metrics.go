@@ -134,30 +134,30 @@ func (m *Metrics) newKubeProxyMetrics() {
 
 // newOwnMetrics makes the ipvsproxy_* metrics.
 func (m *Metrics) newOwnMetrics() {
+	ownCounter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ipvsproxy", Name: name, Help: help})
+	}
+	ownGauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ipvsproxy", Name: name, Help: help})
+	}
 	m.Syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "ipvsproxy", Name: "syncs_total",
 		Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"})
-	m.SyncFailures = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "ipvsproxy", Name: "sync_failed_services_total",
-		Help: "Service syncs that failed and were queued for retry"})
-	m.ServicesFailing = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "ipvsproxy", Name: "services_sync_failing",
-		Help: "Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event"})
+	m.SyncFailures = ownCounter("sync_failed_services_total",
+		"Service syncs that failed and were queued for retry")
+	m.ServicesFailing = ownGauge("services_sync_failing",
+		"Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event")
 	m.KernelOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "ipvsproxy", Name: "kernel_ops_total",
 		Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"})
-	m.ServicesProgrammed = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "ipvsproxy", Name: "services_programmed",
-		Help: "Services with kernel state applied, as of the last full pass"})
-	m.Draining = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "ipvsproxy", Name: "real_servers_draining",
-		Help: "Real servers at weight 0 waiting for their connections to end"})
-	m.SetGrowths = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "ipvsproxy", Name: "ipset_growths_total",
-		Help: "ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries"})
-	m.ConntrackDeleted = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
-		Help: "Stale UDP conntrack entries deleted after their backend went away"})
+	m.ServicesProgrammed = ownGauge("services_programmed",
+		"Services with kernel state applied, as of the last full pass")
+	m.Draining = ownGauge("real_servers_draining",
+		"Real servers at weight 0 waiting for their connections to end")
+	m.SetGrowths = ownCounter("ipset_growths_total",
+		"ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries")
+	m.ConntrackDeleted = ownCounter("conntrack_udp_entries_deleted_total",
+		"Stale UDP conntrack entries deleted after their backend went away")
 }
 
 // setFamilies records the families the node serves.
