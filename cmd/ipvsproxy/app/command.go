@@ -3,6 +3,7 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,9 +46,12 @@ be understood.`,
 		SilenceErrors: true,
 		Args:          noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.compat.Version {
+			switch o.compat.Version {
+			case "true":
 				printVersion(cmd.OutOrStdout())
 				return nil
+			case "raw":
+				return fail(cmd, printRawVersion(cmd.OutOrStdout()))
 			}
 			if cleanupFlag && o.WriteConfigTo != "" {
 				// kube-proxy writes the file and silently skips the
@@ -109,6 +113,14 @@ func newVersionCommand() *cobra.Command {
 		Args:    noArgs,
 		Run:     func(cmd *cobra.Command, _ []string) { printVersion(cmd.OutOrStdout()) },
 	}
+}
+
+// printRawVersion is --version=raw: the same facts as JSON.
+func printRawVersion(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(map[string]string{"version": version, "commit": commit, "buildDate": buildDate,
+		"goVersion": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH})
 }
 
 func printVersion(w io.Writer) {

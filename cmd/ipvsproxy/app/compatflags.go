@@ -22,7 +22,7 @@ import (
 type compatFlags struct {
 	ProxyMode           string
 	InitOnly            bool
-	Version             bool
+	Version             versionFlag
 	HealthzPort         int32 // deprecated in kube-proxy too; 0 disables the server
 	MetricsPort         int32
 	FeatureGates        map[string]bool
@@ -54,7 +54,8 @@ func newCompatFlags() compatFlags {
 func (c *compatFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "kube-proxy's mode: only \"ipvs\" (or empty) is accepted; ipvsproxy implements the IPVS mode only.")
 	fs.BoolVar(&c.InitOnly, "init-only", c.InitOnly, "Apply the kernel settings that need full privileges (as the prepare-node command) and exit, as kube-proxy's --init-only.")
-	fs.BoolVar(&c.Version, "version", c.Version, "Print the version and exit.")
+	fs.Var(&c.Version, "version", "--version, --version=raw prints the version (raw: as JSON) and exits, as kube-proxy's.")
+	fs.Lookup("version").NoOptDefVal = "true"
 	fs.Int32Var(&c.HealthzPort, "healthz-port", c.HealthzPort, "The healthz port; 0 disables the server. Without --config, appended to a --healthz-bind-address that has no port.")
 	_ = fs.MarkDeprecated("healthz-port", "use --healthz-bind-address instead (as in kube-proxy).")
 	fs.Int32Var(&c.MetricsPort, "metrics-port", c.MetricsPort, "The metrics port; 0 disables the server. Without --config, appended to a --metrics-bind-address that has no port.")
@@ -114,3 +115,24 @@ func addressWithPort(addr string, port int32) string {
 	}
 	return net.JoinHostPort(addr, strconv.Itoa(int(port)))
 }
+
+// versionFlag is kube-proxy's --version: false, true or raw.
+type versionFlag string
+
+func (v *versionFlag) String() string {
+	if *v == "" {
+		return "false"
+	}
+	return string(*v)
+}
+
+func (v *versionFlag) Set(s string) error {
+	switch s {
+	case "true", "false", "raw":
+		*v = versionFlag(s)
+		return nil
+	}
+	return fmt.Errorf("want true, false or raw")
+}
+
+func (v *versionFlag) Type() string { return "version" }

@@ -130,6 +130,13 @@ func TestVersionFlag(t *testing.T) {
 	if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "ipvsproxy dev (commit ") {
 		t.Errorf("--version: %q %v", out.String(), err)
 	}
+	out.Reset()
+	cmd = NewCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version=raw"})
+	if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), `"version": "dev"`) {
+		t.Errorf("--version=raw: %q %v", out.String(), err)
+	}
 }
 
 // TestEveryConfigFieldIsHandled walks the published KubeProxyConfiguration:
