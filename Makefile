@@ -10,7 +10,18 @@ BIN := $(CURDIR)/bin
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/app.version=$(VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The commit's date, not the build's: the same commit builds the same binary.
+BUILD_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo unknown)
+APP_PKG := github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/app
+# component-base panics at start on a gitVersion that is not vX.Y.Z…:
+# an untagged build is v0.0.0-<describe>.
+K8S_VERSION := $(shell echo '$(VERSION)' | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+' && echo '$(VERSION)' || echo 'v0.0.0-$(VERSION)')
+# `ipvsproxy version`, and kubernetes_build_info's labels (component-base's
+# version package, as every Kubernetes component sets it).
+LDFLAGS := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X $(APP_PKG).buildDate=$(BUILD_DATE) \
+	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) -X k8s.io/component-base/version.gitCommit=$(COMMIT) \
+	-X k8s.io/component-base/version.buildDate=$(BUILD_DATE)
 
 # Packages with tests that need a real kernel (build tag "sandbox").
 SANDBOX_PKGS = $(shell grep -l '^//go:build sandbox' --include='*_test.go' -r . | xargs -r -n1 dirname | sort -u)

@@ -222,18 +222,13 @@ func TestDaemonSetRunsTheBinaryAsConfigured(t *testing.T) {
 	if err := os.WriteFile(local, []byte(cm.Data[file]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cf, err := app.ReadConfigFile(local)
-	if err != nil {
+	// As the binary reads it: the flags, then the file (Complete).
+	o.ConfigFile = local
+	if err := o.Complete(fs); err != nil {
 		t.Fatal(err)
 	}
-	if err := cf.Apply(o, fs); err != nil {
-		t.Fatal(err)
-	}
-	if err := cf.Explain(o.Validate()); err != nil {
-		t.Fatal(err)
-	}
-	if ign := cf.Ignored(); len(ign) > 0 {
-		t.Errorf("the shipped config sets fields ipvsproxy ignores: %v", ign)
+	if w := o.Warnings(); len(w) > 0 {
+		t.Errorf("the shipped config and flags start with warnings: %q", w)
 	}
 	if o.HostnameOverride != "node-a" || envFieldRef(c, "NODE_NAME") != "spec.nodeName" {
 		t.Errorf("node name: --hostname-override %q, NODE_NAME from %q", o.HostnameOverride, envFieldRef(c, "NODE_NAME"))

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/app"
 	"github.com/ipvsproxy/ipvsproxy/healthz"
 	"github.com/ipvsproxy/ipvsproxy/sizing"
 	"github.com/ipvsproxy/ipvsproxy/sync"
@@ -30,17 +30,25 @@ func (idle) Pending() (time.Time, time.Time) { return time.Time{}, time.Time{} }
 func exported(t *testing.T) (series map[string]dto.MetricType, families map[string]bool) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := sync.NewMetrics(reg)
 	h := healthz.New(idle{}, time.Minute, reg)
 	sizing.NewReporter(reg).Report([]sizing.Finding{{Setting: "net.core.rmem_max"}})
 	m.Syncs.WithLabelValues("full").Inc()
 	m.KernelOps.WithLabelValues("virtual-server", "add", "ok").Inc()
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(0)
+	m.NoLocalEndpoints.WithLabelValues("internal", sync.FamilyIPv4).Set(0)
+	for _, h := range []*prometheus.HistogramVec{m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.ConntrackDuration} {
+		h.WithLabelValues(sync.FamilyIPv4).Observe(0)
+	}
+	for _, g := range []*prometheus.GaugeVec{m.LastSync, m.LastQueued} {
+		g.WithLabelValues(sync.FamilyIPv4).Set(0)
+	}
+	for _, c := range []*prometheus.CounterVec{m.RestoreFailures, m.ConntrackReconcile} {
+		c.WithLabelValues(sync.FamilyIPv4).Add(0)
+	}
 	for _, path := range []string{"/healthz", "/livez"} {
 		h.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
 	}
-	mfs, err := reg.Gather()
+	mfs, err := app.MetricsGatherer(reg).Gather() // what /metrics serves
 	if err != nil {
 		t.Fatal(err)
 	}

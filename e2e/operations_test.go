@@ -259,7 +259,7 @@ func TestDiffAcceptsVerbosity(t *testing.T) {
 // The proxy's counters TestFirewallReloadRestored reads.
 const (
 	canaryRestoresMetric = "ipvsproxy_iptables_canary_restores_total"
-	fullPassesMetric     = "kubeproxy_sync_full_proxy_rules_duration_seconds_count"
+	fullPassesMetric     = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}` // per family, as kube-proxy
 )
 
 // After start the kernel has the settings ipvsproxy makes: IPVS

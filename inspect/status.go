@@ -137,7 +137,13 @@ func ParseMetrics(r io.Reader) (*ProxyMetrics, error) {
 		}
 		return sum
 	}
-	if ts := value("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "", nil); ts > 0 {
+	// One series per ip_family (the same batch's time on a dual-stack
+	// node): the latest, not the sum.
+	var ts float64
+	for _, s := range fams["kubeproxy_sync_proxy_rules_last_timestamp_seconds"].GetMetric() {
+		ts = max(ts, s.GetGauge().GetValue())
+	}
+	if ts > 0 {
 		m.LastSync = time.Unix(0, int64(ts*1e9))
 	}
 	value("ipvsproxy_syncs_total", "kind", m.Syncs)

@@ -12,7 +12,8 @@ import (
 )
 
 const metricsText = `# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
-kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1.7e+09
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} 1.7e+09
 # TYPE ipvsproxy_syncs_total counter
 ipvsproxy_syncs_total{kind="full"} 3
 ipvsproxy_syncs_total{kind="incremental"} 41

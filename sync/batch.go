@@ -140,13 +140,18 @@ func (r *Runner) clearStaleFlows() {
 	if len(flows) == 0 || r.cfg.Conntrack == nil {
 		return
 	}
-	n, err := r.cfg.Conntrack.DeleteUDP(flows)
-	if err != nil {
-		klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
-		r.rec.ReturnStaleFlows(flows)
-		return
+	var n int
+	for _, fam := range splitFlows(flows) {
+		start := time.Now()
+		deleted, err := r.cfg.Conntrack.DeleteUDP(fam.flows)
+		if err != nil {
+			klog.ErrorS(err, "Deleting stale UDP conntrack entries; will retry")
+			r.rec.ReturnStaleFlows(fam.flows)
+			continue
+		}
+		r.metrics.conntrackCleared(fam.family, time.Since(start), deleted)
+		n += deleted
 	}
-	r.metrics.ConntrackDeleted.Add(float64(n))
 	klog.V(3).InfoS("Deleted stale UDP conntrack entries", "entries", n, "flows", len(flows))
 }
 
@@ -161,7 +166,11 @@ func (r *Runner) build(key string) *ServiceState {
 			klog.ErrorS(err, "Health check server", "service", key)
 		}
 	}
-	r.rep.localEndpoints(key, noLocal{b.NoLocalInternal, b.NoLocalExternal})
+	nl := noLocal{internal: b.NoLocalInternal, external: b.NoLocalExternal}
+	if nl.internal || nl.external {
+		nl.v4, nl.v6 = serviceFamilies(svc, r.cfg.Build.IPv6)
+	}
+	r.rep.localEndpoints(key, nl)
 	return &b.State
 }
 

@@ -18,6 +18,12 @@ import (
 const (
 	AnnotationScheduler      = "ipvsproxy.io/scheduler"
 	AnnotationSchedulerFlags = "ipvsproxy.io/scheduler-flags"
+	// kube-router's, read as aliases so that Services keep their scheduler
+	// when a node moves from kube-router; ours win when both are set.
+	// kube-router names the flags flag-1 and flag-2 (the kernel's
+	// IP_VS_SVC_F_SCHED1/2): for sh and mh, -fallback and -port.
+	AnnotationKubeRouterScheduler  = "kube-router.io/service.scheduler"
+	AnnotationKubeRouterSchedFlags = "kube-router.io/service.schedflags"
 )
 
 // DefaultAffinityTimeout is kube-proxy's ClientIP affinity timeout (3 hours).
@@ -176,29 +182,53 @@ var schedulerFlagBits = map[string]ipvs.Flags{
 func schedulerFor(svc *v1.Service, def string, missing map[string]bool) (string, ipvs.Flags, []string) {
 	var problems []string
 	sched := def
-	if v, ok := svc.Annotations[AnnotationScheduler]; ok {
+	if key, v, ok := annotation(svc, AnnotationScheduler, AnnotationKubeRouterScheduler); ok {
 		switch {
 		case !Schedulers[v]:
-			problems = append(problems, fmt.Sprintf("annotation %s: unknown scheduler %q; using %q", AnnotationScheduler, truncate(v), def))
+			problems = append(problems, fmt.Sprintf("annotation %s: unknown scheduler %q; using %q", key, truncate(v), def))
 		case missing[v]:
-			problems = append(problems, fmt.Sprintf("annotation %s: scheduler %q is not available in this kernel (load the ip_vs_%s module); using %q", AnnotationScheduler, v, v, def))
+			problems = append(problems, fmt.Sprintf("annotation %s: scheduler %q is not available in this kernel (load the ip_vs_%s module); using %q", key, v, v, def))
 		default:
 			sched = v
 		}
 	}
 	var flags ipvs.Flags
-	if v, ok := svc.Annotations[AnnotationSchedulerFlags]; ok && v != "" {
+	if key, v, ok := annotation(svc, AnnotationSchedulerFlags, AnnotationKubeRouterSchedFlags); ok && v != "" {
 		for _, f := range strings.Split(v, ",") {
 			f = strings.TrimSpace(f)
-			bit, known := schedulerFlagBits[f]
-			if !known || !strings.HasPrefix(f, sched+"-") {
-				problems = append(problems, fmt.Sprintf("annotation %s: flag %q does not apply to scheduler %q; ignored", AnnotationSchedulerFlags, truncate(f), sched))
+			name := f
+			if key == AnnotationKubeRouterSchedFlags {
+				name = kubeRouterFlag(f, sched)
+			}
+			bit, known := schedulerFlagBits[name]
+			if !known || !strings.HasPrefix(name, sched+"-") {
+				problems = append(problems, fmt.Sprintf("annotation %s: flag %q does not apply to scheduler %q; ignored", key, truncate(f), sched))
 				continue
 			}
 			flags |= bit
 		}
 	}
 	return sched, flags, problems
+}
+
+// annotation returns ours, else kube-router's alias, and which was used.
+func annotation(svc *v1.Service, ours, kubeRouter string) (key, value string, ok bool) {
+	if v, ok := svc.Annotations[ours]; ok {
+		return ours, v, true
+	}
+	v, ok := svc.Annotations[kubeRouter]
+	return kubeRouter, v, ok
+}
+
+// kubeRouterFlag names kube-router's flag-1/flag-2 as ours for sched.
+func kubeRouterFlag(f, sched string) string {
+	switch f {
+	case "flag-1":
+		return sched + "-fallback"
+	case "flag-2":
+		return sched + "-port"
+	}
+	return f
 }
 
 // truncate keeps hostile annotation values from flooding events and logs.

@@ -43,7 +43,20 @@ func newReporter(events EventSink, t *Tracker, m *Metrics) *reporter {
 		failing: map[string]string{}, conflicts: map[string]string{}, noLocal: map[string]noLocal{}}
 }
 
-type noLocal struct{ internal, external bool }
+// noLocal is a service with a Local traffic policy and no local endpoint,
+// and the families it has (kube-proxy counts it per family).
+type noLocal struct{ internal, external, v4, v6 bool }
+
+func (n noLocal) families() []string {
+	var out []string
+	if n.v4 {
+		out = append(out, FamilyIPv4)
+	}
+	if n.v6 {
+		out = append(out, FamilyIPv6)
+	}
+	return out
+}
 
 // problems emits one Warning Event per distinct set of problems of a
 // service, so a bad Service is told once, not on every sync.

@@ -6,15 +6,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the sync's Prometheus metrics. The kubeproxy_* names are
-// kube-proxy's, so dashboards and alerts built for its IPVS mode keep
-// working; ipvsproxy_* are ipvsproxy's own.
+// Metrics are the sync's Prometheus metrics. The kubeproxy_* ones are
+// kube-proxy's, with its names, types, labels and buckets (checked against
+// kube-proxy's own registry by cmd/ipvsproxy/app's metrics test), so
+// dashboards and alerts built for its IPVS mode keep working; ipvsproxy_*
+// are ipvsproxy's own.
+//
+// kube-proxy labels most of its metrics with ip_family ("IPv4", "IPv6"):
+// on a dual-stack node it runs one proxier per family. ipvsproxy syncs
+// both families in one batch, so a batch's duration and timestamps are
+// recorded under every family the node serves, and the per-service counts
+// under each family the Service has.
 type Metrics struct {
-	SyncDuration       prometheus.Histogram
-	FullPassDuration   prometheus.Histogram
-	NetworkProgramming prometheus.Histogram
-	LastSync           prometheus.Gauge
-	LastQueued         prometheus.Gauge
+	SyncDuration       *prometheus.HistogramVec
+	FullPassDuration   *prometheus.HistogramVec
+	NetworkProgramming *prometheus.HistogramVec
+	LastSync           *prometheus.GaugeVec
+	LastQueued         *prometheus.GaugeVec
 	EndpointChanges    prometheus.Counter
 	EndpointPending    prometheus.Gauge
 	ServiceChanges     prometheus.Counter
@@ -25,37 +33,77 @@ type Metrics struct {
 	KernelOps          *prometheus.CounterVec
 	ServicesProgrammed prometheus.Gauge
 	NoLocalEndpoints   *prometheus.GaugeVec
-	RestoreFailures    prometheus.Counter
+	RestoreFailures    *prometheus.CounterVec
 	Draining           prometheus.Gauge
 	ConntrackDeleted   prometheus.Counter
+	ConntrackDuration  *prometheus.HistogramVec // kube-proxy's conntrack reconciler: one stale-flow walk
+	ConntrackReconcile *prometheus.CounterVec   // entries that walk deleted, by family
 	SetGrowths         prometheus.Counter
+
+	families []string // the node's, set by the runner
+}
+
+// The ip_family label values, kube-proxy's (v1.IPv4Protocol, v1.IPv6Protocol).
+const (
+	FamilyIPv4 = "IPv4"
+	FamilyIPv6 = "IPv6"
+)
+
+// NetworkProgrammingBuckets are kube-proxy's: 0.25 s and 0.5 s, then every
+// second to 59 s, every 5 s to 115 s, every 30 s to 5 min; and a bucket at
+// 0 first, which component-base's MergeBuckets (which kube-proxy builds
+// them with) puts there. Kept, so that the le labels are the same.
+func NetworkProgrammingBuckets() []float64 {
+	b := []float64{0}
+	b = append(b, prometheus.LinearBuckets(0.25, 0.25, 2)...)
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
 // registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms … 16 s
-	m := &Metrics{
-		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+	m := &Metrics{families: []string{FamilyIPv4}}
+	m.newKubeProxyMetrics()
+	m.newOwnMetrics()
+	if reg != nil {
+		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
+			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
+			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths)
+	}
+	return m
+}
+
+// newKubeProxyMetrics makes the kubeproxy_* metrics, as kube-proxy
+// defines them (pkg/proxy/metrics). It sets the whole struct: call it first.
+func (m *Metrics) newKubeProxyMetrics() {
+	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms … 16 s, kube-proxy's
+	family := []string{"ip_family"}
+	*m = Metrics{
+		families: m.families,
+		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "duration_seconds",
-			Help: "SyncProxyRules latency in seconds", Buckets: buckets}),
-		// Named like kube-proxy's (iptables and nftables modes): a full pass
-		// here runs in steps between incremental syncs, so this is its wall
-		// time from start to prune, not time the proxy was blocked.
-		FullPassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Help: "SyncProxyRules latency in seconds", Buckets: buckets}, family),
+		// Named like kube-proxy's (iptables and nftables modes), with its
+		// label but longer buckets: a full pass here runs in steps between
+		// incremental syncs, so this is its wall time from start to prune,
+		// minutes on a large node, not time the proxy was blocked.
+		FullPassDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_full_proxy_rules", Name: "duration_seconds",
 			Help:    "Full pass (kernel read, drift repaired, stale objects pruned) duration in seconds, from start to end",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18)}), // 10 ms … 22 min
-		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18)}, family), // 10 ms … 22 min
+		NetworkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
-			Help:    "In Cluster Network Programming Latency in seconds (from the oldest change queued to the kernel holding it)",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}),
-		LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Help:    "In Cluster Network Programming Latency in seconds",
+			Buckets: NetworkProgrammingBuckets()}, family),
+		LastSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "last_timestamp_seconds",
-			Help: "The last time proxy rules were successfully synced"}),
-		LastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Help: "The last time proxy rules were successfully synced"}, family),
+		LastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "last_queued_timestamp_seconds",
-			Help: "The last time a sync of proxy rules was queued"}),
+			Help: "The last time a sync of proxy rules was queued"}, family),
 		EndpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "endpoint_changes_total",
 			Help: "Cumulative proxy rules Endpoint changes"}),
@@ -71,42 +119,53 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// A gauge despite its name, as in kube-proxy.
 		NoLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "no_local_endpoints_total",
-			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"}),
-		RestoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy", "ip_family"}),
+		RestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "iptables_restore_failures_total",
-			Help: "Cumulative proxy iptables restore failures"}),
-		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "syncs_total",
-			Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"}),
-		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "sync_failed_services_total",
-			Help: "Service syncs that failed and were queued for retry"}),
-		ServicesFailing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "services_sync_failing",
-			Help: "Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event"}),
-		KernelOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "kernel_ops_total",
-			Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"}),
-		ServicesProgrammed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "services_programmed",
-			Help: "Services with kernel state applied, as of the last full pass"}),
-		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "ipvsproxy", Name: "real_servers_draining",
-			Help: "Real servers at weight 0 waiting for their connections to end"}),
-		SetGrowths: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "ipset_growths_total",
-			Help: "ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries"}),
-		ConntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ipvsproxy", Name: "conntrack_udp_entries_deleted_total",
-			Help: "Stale UDP conntrack entries deleted after their backend went away"}),
+			Help: "Cumulative proxy iptables restore failures"}, family),
+		ConntrackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "conntrack_reconciler_sync_duration_seconds",
+			Help: "ReconcileConntrackFlowsLatency latency in seconds", Buckets: buckets}, family),
+		ConntrackReconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
+			Help: "Cumulative conntrack flows deleted by conntrack reconciler"}, family),
 	}
-	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
-			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
-			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
-			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.SetGrowths)
+}
+
+// newOwnMetrics makes the ipvsproxy_* metrics.
+func (m *Metrics) newOwnMetrics() {
+	ownCounter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ipvsproxy", Name: name, Help: help})
 	}
-	return m
+	ownGauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ipvsproxy", Name: name, Help: help})
+	}
+	m.Syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "syncs_total",
+		Help: "Sync batches run, by kind: incremental (only changed services) or full (kernel read, drift repaired)"}, []string{"kind"})
+	m.SyncFailures = ownCounter("sync_failed_services_total",
+		"Service syncs that failed and were queued for retry")
+	m.ServicesFailing = ownGauge("services_sync_failing",
+		"Services whose last sync failed (a kernel write refused, a virtual server another Service holds); each is retried with backoff and has a Warning Event")
+	m.KernelOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ipvsproxy", Name: "kernel_ops_total",
+		Help: "Kernel writes by object, verb and result"}, []string{"object", "verb", "result"})
+	m.ServicesProgrammed = ownGauge("services_programmed",
+		"Services with kernel state applied, as of the last full pass")
+	m.Draining = ownGauge("real_servers_draining",
+		"Real servers at weight 0 waiting for their connections to end")
+	m.SetGrowths = ownCounter("ipset_growths_total",
+		"ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries")
+	m.ConntrackDeleted = ownCounter("conntrack_udp_entries_deleted_total",
+		"Stale UDP conntrack entries deleted after their backend went away")
+}
+
+// setFamilies records the families the node serves.
+func (m *Metrics) setFamilies(v6 bool) {
+	m.families = []string{FamilyIPv4}
+	if v6 {
+		m.families = append(m.families, FamilyIPv6)
+	}
 }
 
 func (m *Metrics) observeOp(op Op, err error) {
@@ -127,7 +186,9 @@ func (m *Metrics) changed(endpoints bool, at time.Time) {
 		m.ServiceChanges.Inc()
 		m.ServicePending.Inc()
 	}
-	m.LastQueued.Set(float64(at.UnixNano()) / 1e9)
+	for _, f := range m.families {
+		m.LastQueued.WithLabelValues(f).Set(float64(at.UnixNano()) / 1e9)
+	}
 }
 
 // synced records a batch. nodeOK: no node-wide step failed, so the batch
@@ -138,12 +199,14 @@ func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed
 		kind = "full"
 	}
 	m.Syncs.WithLabelValues(kind).Inc()
-	m.SyncDuration.Observe(end.Sub(start).Seconds())
 	m.SyncFailures.Add(float64(failed))
-	if nodeOK {
-		m.LastSync.Set(float64(end.UnixNano()) / 1e9)
-		if queuedAt != 0 {
-			m.NetworkProgramming.Observe(end.Sub(time.Unix(0, queuedAt)).Seconds())
+	for _, f := range m.families {
+		m.SyncDuration.WithLabelValues(f).Observe(end.Sub(start).Seconds())
+		if nodeOK {
+			m.LastSync.WithLabelValues(f).Set(float64(end.UnixNano()) / 1e9)
+			if queuedAt != 0 {
+				m.NetworkProgramming.WithLabelValues(f).Observe(end.Sub(time.Unix(0, queuedAt)).Seconds())
+			}
 		}
 	}
 	if stillQueued == 0 {
@@ -152,20 +215,38 @@ func (m *Metrics) synced(full bool, start, end time.Time, queuedAt int64, failed
 	}
 }
 
-func (m *Metrics) fullPass(d time.Duration) { m.FullPassDuration.Observe(d.Seconds()) }
+func (m *Metrics) fullPass(d time.Duration) {
+	for _, f := range m.families {
+		m.FullPassDuration.WithLabelValues(f).Observe(d.Seconds())
+	}
+}
+
+// conntrackCleared records one stale-flow walk of family f.
+func (m *Metrics) conntrackCleared(f string, took time.Duration, deleted int) {
+	m.ConntrackDuration.WithLabelValues(f).Observe(took.Seconds())
+	m.ConntrackReconcile.WithLabelValues(f).Add(float64(deleted))
+	m.ConntrackDeleted.Add(float64(deleted))
+}
 
 func (m *Metrics) noLocalEndpoints(byKey map[string]noLocal) {
-	var internal, external int
+	type policyFamily struct{ policy, family string }
+	n := map[policyFamily]int{}
+	for _, f := range m.families {
+		n[policyFamily{"internal", f}], n[policyFamily{"external", f}] = 0, 0
+	}
 	for _, nl := range byKey {
-		if nl.internal {
-			internal++
-		}
-		if nl.external {
-			external++
+		for _, f := range nl.families() {
+			if nl.internal {
+				n[policyFamily{"internal", f}]++
+			}
+			if nl.external {
+				n[policyFamily{"external", f}]++
+			}
 		}
 	}
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
-	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
+	for k, v := range n {
+		m.NoLocalEndpoints.WithLabelValues(k.policy, k.family).Set(float64(v))
+	}
 }
 
 func (m *Metrics) servicesFailing(n int) { m.ServicesFailing.Set(float64(n)) }

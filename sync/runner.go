@@ -126,6 +126,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		passBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		ev:          newEvents(),
 	}
+	m.setFamilies(cfg.Build.IPv6)
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
 	return r

@@ -52,7 +52,8 @@ func StripForProxy(node string) cache.TransformFunc {
 }
 
 // serviceAnnotations are the annotations the builder reads.
-var serviceAnnotations = []string{AnnotationScheduler, AnnotationSchedulerFlags, AnnotationTopologyMode, annotationTopologyHintsOld}
+var serviceAnnotations = []string{AnnotationScheduler, AnnotationSchedulerFlags, AnnotationKubeRouterScheduler,
+	AnnotationKubeRouterSchedFlags, AnnotationTopologyMode, annotationTopologyHintsOld}
 
 func stripService(s *v1.Service) {
 	var kept map[string]string

@@ -14,9 +14,13 @@ package app
 //	kind: IPVSProxyConfiguration
 //	iptablesBackend: auto
 //
-// A separate document, not extra fields or annotations, because the
-// published schema is decoded strictly: an unknown field must stay an
-// error, and kube-proxy itself would reject a file carrying ours.
+// A separate document, not extra fields or annotations: kube-proxy would
+// warn about fields it does not know on every start.
+//
+// The KubeProxyConfiguration is decoded as kube-proxy decodes it: strictly
+// first, then, if only unknown or duplicate fields stood in the way,
+// leniently, with those fields logged as a warning (a file written for a
+// newer kube-proxy still starts). ipvsproxy's own document stays strict.
 
 import (
 	"bufio"
@@ -28,13 +32,11 @@ import (
 	"net/netip"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	kpv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	sigsjson "sigs.k8s.io/json"
@@ -61,6 +63,7 @@ type IPVSProxyConfiguration struct {
 // ConfigFile is a decoded --config file.
 type ConfigFile struct {
 	Path      string
+	data      []byte                             // as read, for the watch that ends the proxy when it changes
 	KubeProxy *kpv1alpha1.KubeProxyConfiguration // nil when the file has none
 	IPVSProxy *IPVSProxyConfiguration            // nil when the file has none
 	// setPaths are the dotted paths of the KubeProxyConfiguration fields
@@ -69,12 +72,16 @@ type ConfigFile struct {
 	// fromFile maps each flag whose value came from the file to the
 	// field it came from, so a validation error can name the field.
 	fromFile map[string]string
+	// lenient holds the strict-decoding errors the file was accepted
+	// despite (unknown or duplicate fields), for a warning.
+	lenient []string
 }
 
 var kubeProxyGVK = kpv1alpha1.SchemeGroupVersion.WithKind("KubeProxyConfiguration")
 
-// ReadConfigFile decodes path strictly: an unknown or duplicate field, an
-// unknown document kind or an unsupported mode is a one-line error.
+// ReadConfigFile decodes path: an unknown document kind, an unsupported
+// mode or a malformed value is a one-line error; unknown or duplicate
+// KubeProxyConfiguration fields are only warnings (see Warnings).
 func ReadConfigFile(path string) (*ConfigFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -84,7 +91,7 @@ func ReadConfigFile(path string) (*ConfigFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	cf.Path = path
+	cf.Path, cf.data = path, data
 	return cf, nil
 }
 
@@ -99,14 +106,17 @@ func decodeConfig(data []byte) (*ConfigFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", n, err)
 		}
-		js, err := yaml.YAMLToJSONStrict(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %s", n, oneLine(err))
+		js, strictErr := yaml.YAMLToJSONStrict(doc)
+		if strictErr != nil {
+			// A duplicate key: kube-proxy's lenient path keeps the last.
+			if js, err = yaml.YAMLToJSON(doc); err != nil {
+				return nil, fmt.Errorf("document %d: %s", n, oneLine(err))
+			}
 		}
 		if s := string(bytes.TrimSpace(js)); s == "null" || s == "" {
 			continue // empty or comment-only document
 		}
-		if err := cf.decodeDocument(js); err != nil {
+		if err := cf.decodeDocument(js, strictErr); err != nil {
 			return nil, fmt.Errorf("document %d: %w", n, err)
 		}
 	}
@@ -121,7 +131,9 @@ func decodeConfig(data []byte) (*ConfigFile, error) {
 	return cf, nil
 }
 
-func (cf *ConfigFile) decodeDocument(js []byte) error {
+// decodeDocument decodes one document; yamlErr is the strict YAML
+// conversion's complaint (a duplicate key), nil when there was none.
+func (cf *ConfigFile) decodeDocument(js []byte, yamlErr error) error {
 	var tm metav1.TypeMeta
 	if err := json.Unmarshal(js, &tm); err != nil {
 		return fmt.Errorf("not an object: %s", oneLine(err))
@@ -132,17 +144,33 @@ func (cf *ConfigFile) decodeDocument(js []byte) error {
 			return fmt.Errorf("a second %s", tm.Kind)
 		}
 		cf.KubeProxy = &kpv1alpha1.KubeProxyConfiguration{}
-		if err := strictUnmarshal(js, cf.KubeProxy); err != nil {
+		strict, err := sigsjson.UnmarshalStrict(js, cf.KubeProxy, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+		if err != nil {
+			return errors.New(oneLine(err))
+		}
+		if yamlErr != nil {
+			cf.lenient = append(cf.lenient, oneLine(yamlErr))
+		}
+		for _, e := range strict {
+			cf.lenient = append(cf.lenient, oneLine(e))
+		}
+		// From the decoded object, not the document: an unknown field
+		// is reported once, as such, not again as one with no effect.
+		decoded, err := json.Marshal(cf.KubeProxy)
+		if err != nil {
 			return err
 		}
 		var raw map[string]any
-		if err := json.Unmarshal(js, &raw); err != nil {
+		if err := json.Unmarshal(decoded, &raw); err != nil {
 			return err
 		}
 		cf.setPaths = nonZeroPaths("", raw, nil)
 	case tm.APIVersion == ConfigAPIVersion && tm.Kind == ConfigKind:
 		if cf.IPVSProxy != nil {
 			return fmt.Errorf("a second %s", tm.Kind)
+		}
+		if yamlErr != nil {
+			return errors.New(oneLine(yamlErr))
 		}
 		cf.IPVSProxy = &IPVSProxyConfiguration{}
 		return strictUnmarshal(js, cf.IPVSProxy)
@@ -173,10 +201,7 @@ func strictUnmarshal(js []byte, v any) error {
 // checkModes rejects a mode ipvsproxy does not implement: ignoring it would
 // program the node differently from what the file asks.
 func checkModes(c *kpv1alpha1.KubeProxyConfiguration) error {
-	if c.Mode != "" && c.Mode != "ipvs" {
-		return fmt.Errorf("mode %q is not supported: ipvsproxy implements only \"ipvs\"", c.Mode)
-	}
-	return nil
+	return checkProxyMode(string(c.Mode), "mode")
 }
 
 // nonZeroPaths lists the leaves of a decoded JSON document that hold
@@ -261,22 +286,50 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 	return b
 }
 
-// usedPaths are the KubeProxyConfiguration fields ipvsproxy honours (plus
-// the type fields); every other non-zero field is reported as ignored.
-var usedPaths = map[string]bool{
-	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true,
-	"clientConnection.kubeconfig": true, "clientConnection.qps": true, "clientConnection.burst": true,
-	"clientConnection.contentType": true, "hostnameOverride": true, "clusterCIDR": true,
-	"iptables.masqueradeAll": true, "iptables.masqueradeBit": true,
-	"ipvs.scheduler": true, "ipvs.syncPeriod": true, "ipvs.minSyncPeriod": true,
-	"ipvs.excludeCIDRs": true, "ipvs.strictARP": true, "ipvs.tcpTimeout": true,
-	"ipvs.tcpFinTimeout": true, "ipvs.udpTimeout": true,
-	"healthzBindAddress": true, "metricsBindAddress": true, "logging.verbosity": true,
-	"nodePortAddresses": true, "detectLocal.bridgeInterface": true, "detectLocal.interfaceNamePrefix": true,
-	"bindAddress": true, "oomScoreAdj": true, "enableProfiling": true,
-	"conntrack.maxPerCore": true, "conntrack.min": true, "conntrack.tcpEstablishedTimeout": true,
-	"conntrack.tcpCloseWaitTimeout": true, "conntrack.tcpBeLiberal": true,
-	"conntrack.udpTimeout": true, "conntrack.udpStreamTimeout": true,
+// usedPaths are the KubeProxyConfiguration fields ipvsproxy honours: the
+// type fields, mode (checked), and every field a binding reads; every
+// other non-zero field is reported as having no effect.
+var usedPaths = func() map[string]bool {
+	used := map[string]bool{"apiVersion": true, "kind": true, "mode": true}
+	cf := &ConfigFile{KubeProxy: &kpv1alpha1.KubeProxyConfiguration{}}
+	for _, b := range cf.bindings(NewOptions()) {
+		used[b.field] = true
+	}
+	return used
+}()
+
+// ignoredFields are the KubeProxyConfiguration fields (or groups, by
+// prefix) that have no effect here, and why; a file setting one gets a
+// warning. Every field is either used, logging (logging.go) or here:
+// TestEveryConfigFieldIsHandled walks the published type.
+var ignoredFields = map[string]string{
+	"featureGates":                        noEffect["feature-gates"],
+	"clientConnection.acceptContentTypes": "follows clientConnection.contentType (protobuf, falling back to JSON)",
+	"bindAddressHardFail":                 noEffect["bind-address-hard-fail"],
+	"showHiddenMetricsForVersion":         noEffect["show-hidden-metrics-for-version"],
+	"configSyncPeriod":                    noEffect["config-sync-period"],
+	"iptables.localhostNodePorts":         noEffect["iptables-localhost-nodeports"],
+	"iptables.syncPeriod":                 noEffect["iptables-sync-period"],
+	"iptables.minSyncPeriod":              noEffect["iptables-min-sync-period"],
+	"nftables":                            "nftables mode only",
+	"winkernel":                           "Windows only",
+	"windowsRunAsService":                 "Windows only",
+	"portRange":                           "the userspace mode's, which kube-proxy no longer has either",
+}
+
+// ignoredReason returns why path has no effect, "" when it has one.
+func ignoredReason(path string) string {
+	for p := path; p != ""; {
+		if why, ok := ignoredFields[p]; ok {
+			return why
+		}
+		i := strings.LastIndex(p, ".")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return ""
 }
 
 // conntrackBindings maps conntrack.*. The pointer fields tell "unset"
@@ -298,7 +351,7 @@ func conntrackBindings(c kpv1alpha1.KubeProxyConntrackConfiguration, o *conntrac
 func (cf *ConfigFile) Ignored() []string {
 	var out []string
 	for _, p := range cf.setPaths {
-		if usedPaths[p] {
+		if usedPaths[p] || strings.HasPrefix(p, "logging.") { // logging.go
 			continue
 		}
 		out = append(out, p)
@@ -319,17 +372,35 @@ func (cf *ConfigFile) Apply(o *Options, fs *pflag.FlagSet) error {
 		b.apply()
 		cf.fromFile["--"+b.flag] = b.field
 	}
-	// logging.verbosity is klog's -v, registered on the same flag set.
-	if c := cf.KubeProxy; c != nil && c.Logging.Verbosity > 0 && fs.Lookup("v") != nil && !fs.Changed("v") {
-		if err := fs.Set("v", strconv.FormatUint(uint64(c.Logging.Verbosity), 10)); err != nil {
-			return fmt.Errorf("config file %s: logging.verbosity: %w", cf.Path, err)
+	if c := cf.KubeProxy; c != nil {
+		l, err := mergeLogging(c.Logging, fs)
+		if err != nil {
+			return fmt.Errorf("config file %s: logging: %w", cf.Path, err)
 		}
-	}
-	if ign := cf.Ignored(); len(ign) > 0 {
-		klog.InfoS("Ignoring config file fields ipvsproxy does not use (iptables/nftables/winkernel-only or not implemented)",
-			"file", cf.Path, "fields", strings.Join(ign, ","))
+		*o.Logging = *l
 	}
 	return nil
+}
+
+// Warnings are what the operator should hear about the file, one line
+// each: the fields it was accepted despite (as kube-proxy's lenient
+// decoding), and the fields set that have no effect here.
+func (cf *ConfigFile) Warnings() []string {
+	var out []string
+	if len(cf.lenient) > 0 {
+		out = append(out, fmt.Sprintf("config file %s: decoded leniently, as kube-proxy does, despite: %s", cf.Path, strings.Join(cf.lenient, "; ")))
+	}
+	if ign := cf.Ignored(); len(ign) > 0 {
+		why := make([]string, len(ign))
+		for i, f := range ign {
+			why[i] = f
+			if r := ignoredReason(f); r != "" {
+				why[i] += " (" + r + ")"
+			}
+		}
+		out = append(out, fmt.Sprintf("config file %s: these fields have no effect in ipvsproxy: %s", cf.Path, strings.Join(why, "; ")))
+	}
+	return out
 }
 
 // Explain names the config field behind a validation error about a flag
@@ -371,7 +442,7 @@ func (o *Options) loadConfig(fs *pflag.FlagSet) (*ConfigFile, error) {
 // IPVSProxyConfiguration document. --master has no config field (as in
 // kube-proxy) and is not written; nor can an empty (disabled) bind
 // address be, as the file's empty value means "the default".
-func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
+func (o *Options) EffectiveConfig() ([]byte, error) {
 	bit, oom := o.MasqueradeBit, o.OOMScoreAdj
 	ct := o.Conntrack
 	c := kpv1alpha1.KubeProxyConfiguration{
@@ -404,10 +475,7 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 	}
 	c.ClientConnection.Kubeconfig = o.Kubeconfig
 	c.ClientConnection.QPS, c.ClientConnection.Burst, c.ClientConnection.ContentType = o.APIQPS, o.APIBurst, o.APIContentType
-	if f := fs.Lookup("v"); f != nil {
-		v, _ := strconv.ParseUint(f.Value.String(), 10, 32)
-		c.Logging.Verbosity = logsapi.VerbosityLevel(v)
-	}
+	c.Logging = *o.Logging
 	kp, err := yaml.Marshal(&c)
 	if err != nil {
 		return nil, err
@@ -424,8 +492,8 @@ func (o *Options) EffectiveConfig(fs *pflag.FlagSet) ([]byte, error) {
 }
 
 // writeConfig writes EffectiveConfig to --write-config-to.
-func (o *Options) writeConfig(fs *pflag.FlagSet) error {
-	data, err := o.EffectiveConfig(fs)
+func (o *Options) writeConfig() error {
+	data, err := o.EffectiveConfig()
 	if err != nil {
 		return err
 	}

@@ -6,13 +6,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
 )
 
 const kpHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
@@ -148,11 +145,15 @@ func load(t *testing.T, args ...string) (*Options, *ConfigFile, error) {
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	cf, err := o.loadConfig(fs)
-	if err == nil {
-		err = cf.Explain(o.Validate())
-	}
-	return o, cf, err
+	err := o.Complete(fs)
+	return o, o.config, err
+}
+
+// settings are o's settings without what Complete derives from them.
+func settings(o *Options) Options {
+	s := *o
+	s.parsed, s.config, s.warnings = parsed{}, nil, nil
+	return s
 }
 
 func TestConfigFileValues(t *testing.T) {
@@ -209,7 +210,7 @@ func TestConfigFileValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.want.ConfigFile = path
-			if !reflect.DeepEqual(*o, c.want) {
+			if !reflect.DeepEqual(settings(o), c.want) {
 				t.Errorf("options\n got %+v\nwant %+v", *o, c.want)
 			}
 		})
@@ -220,10 +221,8 @@ func TestConfigFileValues(t *testing.T) {
 // before anything runs, with one line naming the file and the field.
 func TestConfigFileErrors(t *testing.T) {
 	cases := []struct{ name, file, want string }{
-		{"unknown field", kpHeader + "ipvs:\n  schedular: rr\n", `unknown field "ipvs.schedular"`},
-		{"field names are case-sensitive", kpHeader + "Mode: ipvs\n", `unknown field "Mode"`},
-		{"duplicate field", kpHeader + "mode: ipvs\nmode: ipvs\n", `"mode" already set in map`},
-		{"unsupported mode", kpHeader + "mode: iptables\n", `mode "iptables" is not supported: ipvsproxy implements only "ipvs"`},
+		{"unsupported mode", kpHeader + "mode: iptables\n", `mode "iptables": ipvsproxy implements only the IPVS mode; set it to "ipvs" or remove it (to keep iptables mode on this node, keep running kube-proxy there)`},
+		{"duplicate field in ipvsproxy's document", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: nft\niptablesBackend: nft\n", `"iptablesBackend" already set in map`},
 		{"bad local detection names the field", kpHeader + "detectLocalMode: Magic\n", `detectLocalMode: --detect-local-mode "Magic"`},
 		{"bad OOM score names the field", kpHeader + "oomScoreAdj: -2000\n", `oomScoreAdj: --oom-score-adj -2000: must be between -1000 and 1000`},
 		{"negative conntrack timeout names the field", kpHeader + "conntrack:\n  udpTimeout: -1s\n", `conntrack.udpTimeout: --conntrack-udp-timeout -1s: must not be negative`},
@@ -260,18 +259,34 @@ func TestConfigFileErrors(t *testing.T) {
 	}
 }
 
-// TestIgnoredFieldsLoggedOnce checks that unused fields are reported on a
-// single log line naming each, and that used ones are not among them.
-func TestIgnoredFieldsLoggedOnce(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	klog.SetLogger(funcr.New(func(prefix, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{}))
-	defer klog.ClearLogger()
+// TestLenientDecoding: a file kube-proxy starts with (it decodes strictly,
+// then leniently) starts ipvsproxy too, with one warning naming what the
+// strict decoding refused; the known fields still apply.
+func TestLenientDecoding(t *testing.T) {
+	for _, c := range []struct{ name, file, want string }{
+		{"unknown field", kpHeader + "ipvs:\n  schedular: rr\n  scheduler: lc\n", `unknown field "ipvs.schedular"`},
+		{"field names are case-sensitive", kpHeader + "Mode: ipvs\nipvs:\n  scheduler: lc\n", `unknown field "Mode"`},
+		{"duplicate field", kpHeader + "ipvs:\n  scheduler: rr\n  scheduler: lc\n", `"scheduler" already set in map`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, _, err := load(t, "--config", writeFile(t, c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Scheduler != "lc" {
+				t.Errorf("scheduler %q, want the file's lc", o.Scheduler)
+			}
+			w := o.Warnings()
+			if len(w) != 1 || !strings.Contains(w[0], "decoded leniently") || !strings.Contains(w[0], c.want) {
+				t.Errorf("warnings %q, want one saying %q", w, c.want)
+			}
+		})
+	}
+}
 
+// TestIgnoredFieldsWarnedOnce checks that unused fields are reported on a
+// single warning naming each, and that used ones are not among them.
+func TestIgnoredFieldsWarnedOnce(t *testing.T) {
 	file := kpHeader + `mode: ipvs
 iptables:
   masqueradeBit: 14
@@ -285,8 +300,10 @@ conntrack:
   maxPerCore: 32768
 ipvs:
   scheduler: rr
+logging:
+  format: json
 `
-	_, cf, err := load(t, "--config", writeFile(t, file))
+	o, cf, err := load(t, "--config", writeFile(t, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,16 +311,12 @@ ipvs:
 	if got := cf.Ignored(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ignored %v, want %v", got, want)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	var hits []string
-	for _, l := range lines {
-		if strings.Contains(l, "Ignoring config file fields") {
-			hits = append(hits, l)
-		}
+	if w := o.Warnings(); len(w) != 1 || !strings.Contains(w[0], "have no effect") ||
+		!strings.Contains(w[0], "iptables.syncPeriod (iptables mode only; ipvsproxy uses --ipvs-sync-period); nftables.masqueradeAll (nftables mode only)") {
+		t.Errorf("want one warning listing %v, got %q", want, w)
 	}
-	if len(hits) != 1 || !strings.Contains(hits[0], strings.Join(want, ",")) {
-		t.Errorf("want one log line listing %v, got %q", want, hits)
+	if o.Logging.Format != "json" {
+		t.Errorf("logging.format %q, want the file's json", o.Logging.Format)
 	}
 }
 
@@ -330,11 +343,11 @@ func TestWriteConfigToRoundTrips(t *testing.T) {
 		t.Errorf("the written file has fields ipvsproxy ignores: %v", ign)
 	}
 	first.ConfigFile, second.ConfigFile = "", ""
-	if !reflect.DeepEqual(first, second) {
+	if a, b := settings(first), settings(second); !reflect.DeepEqual(a, b) {
 		t.Errorf("round trip changed the options\nbefore %+v\nafter  %+v", *first, *second)
 	}
 	// Defaults round-trip too: an empty file and the written defaults agree.
-	data, err := NewOptions().EffectiveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError))
+	data, err := NewOptions().EffectiveConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +356,7 @@ func TestWriteConfigToRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	def.ConfigFile = ""
-	if !reflect.DeepEqual(def, NewOptions()) {
+	if !reflect.DeepEqual(settings(def), *NewOptions()) {
 		t.Errorf("defaults changed on round trip: %+v", *def)
 	}
 }

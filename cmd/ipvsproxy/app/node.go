@@ -3,16 +3,17 @@ package app
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/doctor"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
 
@@ -24,7 +25,7 @@ type nodeSetup struct {
 	ipset  ipset.Interface
 	sets   []ipset.Set
 	rules  []*iptables.Syncer
-	onFail func() // counts an iptables-restore failure
+	onFail func(iptables.Family) // counts an iptables-restore failure
 }
 
 func (n *nodeSetup) ensure() error {
@@ -37,11 +38,11 @@ func (n *nodeSetup) ensure() error {
 			return err
 		}
 	}
-	for _, r := range n.rules {
+	for i, r := range n.rules {
 		changed, err := r.Sync()
 		if err != nil {
 			if n.onFail != nil {
-				n.onFail()
+				n.onFail(ruleFamily(i))
 			}
 			return err
 		}
@@ -84,17 +85,17 @@ func startupSysctls(sc sysctl.Interface, strictARP bool) error {
 }
 
 func kernelBefore(major, minor int) bool {
+	ma, mi, ok := doctor.KernelVersion(kernelRelease())
+	return ok && (ma < major || ma == major && mi < minor)
+}
+
+// kernelRelease is uname -r ("" if it cannot be read).
+func kernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
-		return false
+		return ""
 	}
-	rel := strings.SplitN(unix.ByteSliceToString(u.Release[:]), ".", 3)
-	if len(rel) < 2 {
-		return false
-	}
-	ma, _ := strconv.Atoi(rel[0])
-	mi, _ := strconv.Atoi(strings.TrimFunc(rel[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return ma < major || ma == major && mi < minor
+	return unix.ByteSliceToString(u.Release[:])
 }
 
 // applyTimeouts sets the IPVS timeouts that are > 0 (kube-proxy: only then).
@@ -121,4 +122,21 @@ func hostname(override string) (string, error) {
 		name = h
 	}
 	return strings.ToLower(name), nil
+}
+
+// ruleFamily is the family of the i-th rule syncer: ruleSyncers makes
+// IPv4's first, then IPv6's.
+func ruleFamily(i int) iptables.Family {
+	if i == 0 {
+		return iptables.IPv4
+	}
+	return iptables.IPv6
+}
+
+// ipFamily is kube-proxy's ip_family label value.
+func ipFamily(f iptables.Family) string {
+	if f == iptables.IPv6 {
+		return sync.FamilyIPv6
+	}
+	return sync.FamilyIPv4
 }

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -45,8 +47,17 @@ type Options struct {
 	APIQPS             float32 // --kube-api-qps
 	APIBurst           int32   // --kube-api-burst
 	APIContentType     string  // --kube-api-content-type
-	ConfigFile         string  // --config: read before Validate, see config.go
+	ConfigFile         string  // --config: read by Complete, see config.go
 	WriteConfigTo      string  // --write-config-to: write the effective config and exit
+
+	// Logging is kube-proxy's logging configuration (logging.go), shared
+	// by the root command and its subcommands.
+	Logging *logsapi.LoggingConfiguration
+
+	compat   compatFlags // kube-proxy's flags with no ipvsproxy meaning of their own
+	parsed   parsed      // set by Complete
+	config   *ConfigFile // set by Complete: the --config file, nil without
+	warnings []string    // set by Complete: one line each, logged once logging is set up
 }
 
 // NewOptions returns kube-proxy's defaults.
@@ -68,6 +79,8 @@ func NewOptions() *Options {
 		APIQPS:         50,
 		APIBurst:       100,
 		APIContentType: contentTypeProtobuf,
+		Logging:        logsapi.NewLoggingConfiguration(),
+		compat:         newCompatFlags(),
 		Conntrack: conntrackTuning{
 			MaxPerCore:     32768,
 			Min:            131072,
@@ -109,6 +122,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIContentType, "kube-api-content-type", o.APIContentType, "Content type of requests to the API server: "+contentTypeProtobuf+" or "+contentTypeJSON+".")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), optionally followed by an ipvsproxy.io/v1alpha1 IPVSProxyConfiguration document; flags given on the command line override it.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "Write the effective configuration (file and flags) to this file as a KubeProxyConfiguration and exit.")
+	o.compat.addFlags(fs)
 }
 
 // The API content types a client can be given.
@@ -133,6 +147,41 @@ func (o *Options) validateAPIClient() error {
 // Validate checks the options and returns one line naming the first bad
 // flag and why.
 func (o *Options) Validate() error {
+	_, err := o.parse()
+	return err
+}
+
+// parsed is what the options say once parsed: Complete fills it, and
+// everything after reads it instead of parsing the strings again.
+type parsed struct {
+	clusterCIDRs []netip.Prefix
+	exclude      []netip.Prefix
+	nodePorts    nodewatch.NodePortFilter
+	detector     iptables.LocalDetector
+}
+
+// parse validates the options and returns them parsed; an error is one
+// line naming the first bad flag and why.
+func (o *Options) parse() (parsed, error) {
+	var p parsed
+	err := o.check()
+	if err == nil {
+		p.clusterCIDRs, err = o.clusterCIDRs()
+	}
+	if err == nil {
+		p.exclude, err = o.excludeCIDRs()
+	}
+	if err == nil {
+		p.nodePorts, err = nodewatch.ParseNodePortAddresses(o.NodePortAddresses)
+	}
+	if err == nil {
+		p.detector, err = o.localDetector(p.clusterCIDRs)
+	}
+	return p, err
+}
+
+// check validates what parse does not parse.
+func (o *Options) check() error {
 	if !sync.Schedulers[o.Scheduler] {
 		return fmt.Errorf("--ipvs-scheduler %q: not an IPVS scheduler (want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh)", o.Scheduler)
 	}
@@ -164,18 +213,6 @@ func (o *Options) Validate() error {
 	}
 	if o.StatsMaxServices < 0 {
 		return fmt.Errorf("--stats-max-services %d: must be 0 (no per-service metrics) or more", o.StatsMaxServices)
-	}
-	if _, err := o.clusterCIDRs(); err != nil {
-		return err
-	}
-	if _, err := o.excludeCIDRs(); err != nil {
-		return err
-	}
-	if _, err := o.nodePortFilter(); err != nil {
-		return err
-	}
-	if _, err := o.localDetector(); err != nil {
-		return err
 	}
 	if _, err := iptables.ParseBackend(o.IPTablesBackend); err != nil {
 		return fmt.Errorf("--iptables-backend %q: want auto, legacy or nft", o.IPTablesBackend)
@@ -216,8 +253,7 @@ func (o *Options) clusterCIDRs() ([]netip.Prefix, error) {
 // the node's addresses and zone: the proxy, `diff` and the stats index
 // must build services alike.
 func (o *Options) buildConfig(nodeName string, v6 bool) sync.Config {
-	exclude, _ := o.excludeCIDRs() // validated at start
-	return sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6, ExcludeCIDRs: exclude}
+	return sync.Config{NodeName: nodeName, Scheduler: o.Scheduler, IPv4: true, IPv6: v6, ExcludeCIDRs: o.parsed.exclude}
 }
 
 func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {
@@ -232,44 +268,16 @@ func (o *Options) excludeCIDRs() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func (o *Options) nodePortFilter() (nodePortFilter, error) {
-	var f nodePortFilter
-	for _, s := range o.NodePortAddresses {
-		s = strings.TrimSpace(s)
-		switch s {
-		case "primary":
-			f.primary = true
-			continue
-		case "all":
-			// kube-proxy's keyword for the zero CIDRs: every address.
-			f.cidrs = append(f.cidrs, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"))
-			continue
-		case "localhost":
-			f.loopback = append(f.loopback, s)
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return f, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor one of primary, all, localhost", s)
-		}
-		if p.Addr().IsLoopback() {
-			f.loopback = append(f.loopback, s)
-		}
-		f.cidrs = append(f.cidrs, p.Masked())
-	}
-	return f, nil
-}
-
 // localDetector validates the --detect-local-mode flags. NodeCIDRs are
 // filled later, from the Node object.
-func (o *Options) localDetector() (iptables.LocalDetector, error) {
+func (o *Options) localDetector(clusterCIDRs []netip.Prefix) (iptables.LocalDetector, error) {
 	var d iptables.LocalDetector
 	mode, err := iptables.ParseLocalMode(o.DetectLocalMode)
 	if err != nil {
 		return d, fmt.Errorf("--detect-local-mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", o.DetectLocalMode)
 	}
 	d.Mode = mode
-	d.ClusterCIDRs, _ = o.clusterCIDRs()
+	d.ClusterCIDRs = clusterCIDRs
 	switch mode {
 	case iptables.LocalModeBridgeInterface:
 		if d.BridgeInterface, err = iptables.ParseInterfaceName(o.PodBridge); err != nil {

@@ -74,7 +74,7 @@ func TestVersionCommand(t *testing.T) {
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"version"})
-	if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "ipvsproxy dev (go") {
+	if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "ipvsproxy dev (commit unknown, built unknown, go") {
 		t.Errorf("version: %q %v", out.String(), err)
 	}
 }
@@ -119,14 +119,24 @@ func TestDetectLocalModeFlags(t *testing.T) {
 // --ipvs-exclude-cidrs reaches the builder, so a Service address inside
 // is never programmed (not only never pruned).
 func TestExcludeCIDRsReachTheBuilder(t *testing.T) {
-	o := NewOptions()
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--ipvs-exclude-cidrs", "203.0.113.0/24, fd00:5::1/64"}); err != nil {
-		t.Fatal(err)
-	}
+	o := completed(t, "--ipvs-exclude-cidrs", "203.0.113.0/24, fd00:5::1/64")
 	got := o.buildConfig("node-a", true).ExcludeCIDRs
 	if len(got) != 2 || got[0].String() != "203.0.113.0/24" || got[1].String() != "fd00:5::/64" {
 		t.Errorf("builder's exclude CIDRs: %v", got)
 	}
+}
+
+// completed parses args as the command does and completes the options.
+func completed(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(fs); err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -2,8 +2,10 @@ package app
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -14,16 +16,19 @@ import (
 // short privileged init container runs it with the proxy's own flags, so
 // the long-running container — which sees /proc/sys read-only — finds
 // everything set and writes nothing. One implementation serves both.
-func newPrepareNodeCommand() *cobra.Command {
-	cmd, _ := toolCommand("prepare-node", "Apply the kernel settings ipvsproxy needs (sysctls, conntrack sizing) and exit; for a privileged init container",
-		func(cmd *cobra.Command, o *Options) error {
-			if err := prepareNode(o, sysctl.New(), &sysctl.Proc{Root: hashsizeDir}, numCPU()); err != nil {
-				return fail(cmd, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "node prepared")
-			return nil
-		})
+func newPrepareNodeCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
+	cmd, _ := toolCommand("prepare-node", "Apply the kernel settings ipvsproxy needs (sysctls, conntrack sizing) and exit; for a privileged init container", logging,
+		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runPrepareNode(o, cmd.OutOrStdout())) })
 	return cmd
+}
+
+// runPrepareNode is prepare-node and the proxy's --init-only.
+func runPrepareNode(o *Options, out io.Writer) error {
+	if err := prepareNode(o, sysctl.New(), &sysctl.Proc{Root: hashsizeDir}, numCPU()); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "node prepared")
+	return nil
 }
 
 // prepareNode writes what Run would write at start, and nothing when the

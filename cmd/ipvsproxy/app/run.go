@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,11 +28,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
-	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/healthcheck"
 	"github.com/ipvsproxy/ipvsproxy/healthz"
-	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
@@ -53,38 +49,28 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if cf := o.config; cf != nil {
+		go watchConfigFile(ctx, cf.Path, cf.data, 5*time.Second, cancel)
+	}
 	tuneGC()
 
 	nodeName, err := hostname(o.HostnameOverride)
 	if err != nil {
 		return err
 	}
-	exclude, _ := o.excludeCIDRs()
 	client, err := newClient(o)
 	if err != nil {
 		return err
 	}
 
-	ipvsHandle, err := ipvs.New()
+	kernel, closeKernel, err := realKernel()
 	if err != nil {
 		return err
 	}
-	defer ipvsHandle.Close()
-	if err := ipvs.SchedulerAvailable(o.Scheduler); err != nil {
-		return fmt.Errorf("--ipvs-scheduler %s: %w", o.Scheduler, err)
-	}
-	dummy, err := dummyif.New(dummyif.DefaultLinkName)
-	if err != nil {
-		return err
-	}
-	sets, err := ipset.New()
-	if err != nil {
-		return err
-	}
-	if err := startupSysctls(sysctl.New(), o.StrictARP); err != nil {
-		return err
-	}
-	if err := applyTimeouts(ipvsHandle, o); err != nil {
+	defer closeKernel()
+	if err := prepareKernel(o, kernel); err != nil {
 		return err
 	}
 	nodeIP, err := nodeStartup(ctx, o, client, nodeName)
@@ -92,39 +78,125 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := prometheus.NewRegistry() // served with component-base's: metrics.go
 	metrics := sync.NewMetrics(reg)
 
-	backend, err := proxyIPTablesBackend(o)
+	setup, v6, err := newNodeSetup(ctx, o, kernel, metrics, client, nodeName)
 	if err != nil {
 		return err
-	}
-	v6 := ipv6Usable(backend)
-	setup := &nodeSetup{dummy: dummy, ipset: sets, sets: owned.Sets(true, v6),
-		onFail: metrics.RestoreFailures.Inc}
-	detector, _ := o.localDetector()
-	if detector.Mode == iptables.LocalModeNodeCIDR {
-		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
-			return err
-		}
-	}
-	var warnings []string
-	if setup.rules, warnings, err = ruleSyncers(o, backend, detector, v6); err != nil {
-		return err
-	}
-	for _, w := range warnings {
-		klog.InfoS("iptables: " + w)
 	}
 	startCanaryMonitor(ctx, reg, setup.rules)
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
 		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
 
+	eng := newEngine(o, kernel, setup, metrics, reg, client, nodeName, v6)
+	defer eng.close()
+	tracker, runner, healthChecks := eng.tracker, eng.runner, eng.healthChecks
+	npFilter := o.parsed.nodePorts
+	if w := npFilter.Warning(); w != "" {
+		klog.InfoS(w)
+	}
+	npFilter.NodeIP = nodeIP.Addr
+	node := nodewatch.New(kernel.Dummy, npFilter, runner.UpdateNode)
+	if err := node.Refresh(); err != nil {
+		klog.ErrorS(err, "Reading the node's addresses")
+	}
+	// Per-service traffic metrics are opt-in: 5 series per virtual server
+	// on every node, and a kernel dump plus that many series built per
+	// scrape, is more than most clusters want to pay by default.
+	if o.StatsMaxServices > 0 {
+		base := o.buildConfig(nodeName, v6)
+		reg.MustRegister(ipvsstats.New(kernel.IPVS, newServiceIndex(tracker,
+			func() sync.Config { return node.Config(base) }).Lookup, o.StatsMaxServices))
+	}
+	go node.Run(ctx, 5*time.Second)
+
+	health := healthz.New(runner, 2*o.SyncPeriod, reg)
+	health.NodeEligible = node.Eligible
+	healthChecks.ProxyHealthy = health.Healthy
+	if err := serveAll(ctx, o, health, reg); err != nil {
+		return err
+	}
+
+	synced, err := startInformers(ctx, client, nodeName, tracker, node.Handler())
+	if err != nil {
+		return err
+	}
+	runner.Run(ctx, synced)
+	klog.InfoS("Stopped; kernel state left in place")
+	var changed *errConfigChanged
+	if err := context.Cause(ctx); errors.As(err, &changed) {
+		return err
+	}
+	return nil
+}
+
+// prepareKernel checks the default scheduler can be loaded, and makes the
+// sysctls and IPVS timeouts ipvsproxy needs at start.
+func prepareKernel(o *Options, kernel owned.Kernel) error {
+	if err := ipvs.SchedulerAvailable(o.Scheduler); err != nil {
+		return fmt.Errorf("--ipvs-scheduler %s: %w", o.Scheduler, err)
+	}
+	if err := startupSysctls(sysctl.New(), o.StrictARP); err != nil {
+		return err
+	}
+	return applyTimeouts(kernel.IPVS, o)
+}
+
+// newNodeSetup resolves the iptables backend and the families in use,
+// and makes what every sync first ensures: kube-ipvs0, the sets, and the
+// fixed iptables rules (with the pod CIDRs of the Node for
+// --detect-local-mode=NodeCIDR).
+func newNodeSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics *sync.Metrics, client kubernetes.Interface, nodeName string) (*nodeSetup, bool, error) {
+	backend, err := proxyIPTablesBackend(o)
+	if err != nil {
+		return nil, false, err
+	}
+	v6 := ipv6Usable(backend)
+	setup := &nodeSetup{dummy: kernel.Dummy, ipset: kernel.IPSet, sets: owned.Sets(true, v6),
+		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() }}
+	detector := o.parsed.detector
+	if detector.Mode == iptables.LocalModeNodeCIDR {
+		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
+			return nil, false, err
+		}
+	}
+	var warnings []string
+	if setup.rules, warnings, err = ruleSyncers(o, backend, detector, v6); err != nil {
+		return nil, false, err
+	}
+	for _, w := range warnings {
+		klog.InfoS("iptables: " + w)
+	}
+	return setup, v6, nil
+}
+
+// engine is the sync engine and what it reports through.
+type engine struct {
+	tracker      *sync.Tracker
+	runner       *sync.Runner
+	healthChecks *healthcheck.Server
+	closers      []func()
+}
+
+// close stops them in the reverse order of their start, as defers would.
+func (e *engine) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// newEngine makes the reconciler over the kernel, the tracker, the runner,
+// and what they report through: Events, health-check node ports, the
+// conntrack cleaner, metrics.
+func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.Metrics, reg prometheus.Registerer,
+	client kubernetes.Interface, nodeName string, v6 bool) *engine {
+	e := &engine{}
 	var ownedSets []string
 	for _, s := range setup.sets {
 		ownedSets = append(ownedSets, s.Name)
 	}
-	rec := sync.NewReconciler(owned.Kernel{IPVS: ipvsHandle, Dummy: dummy, IPSet: sets}, ownedSets, exclude)
+	rec := sync.NewReconciler(kernel, ownedSets, o.parsed.exclude)
 	rec.SetGracePeriod(o.GracePeriod)
 	rec.SetSpecs(setup.sets)
 	rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }
@@ -134,78 +206,66 @@ func Run(ctx context.Context, o *Options) error {
 		// keep sending to it until their conntrack entry times out.
 		klog.ErrorS(err, "Stale UDP conntrack entries will not be cleaned")
 	} else {
-		defer ct.Close()
+		e.closers = append(e.closers, func() { ct.Close() })
 		cleaner = ct
 	}
-	tracker := sync.NewTracker()
+	e.tracker = sync.NewTracker()
 	events, stopEvents := newEventSink(client, nodeName)
-	defer stopEvents()
+	e.closers = append(e.closers, stopEvents)
 	events.Started(nodeName)
-	healthChecks := healthcheck.New()
-	defer healthChecks.Close()
-	runner := sync.NewRunner(sync.RunnerConfig{
+	e.healthChecks = healthcheck.New()
+	e.closers = append(e.closers, e.healthChecks.Close)
+	e.runner = sync.NewRunner(sync.RunnerConfig{
 		Build:           o.buildConfig(nodeName, v6),
 		SyncPeriod:      o.SyncPeriod,
 		MinSyncPeriod:   o.MinSyncPeriod,
 		Prepare:         setup.ensure,
 		Events:          events,
-		HealthChecks:    healthChecks,
+		HealthChecks:    e.healthChecks,
 		Conntrack:       cleaner,
 		OnFullSync:      sizingCheck(reg),
 		SchedulerLoaded: ipvs.SchedulerLoaded,
 		Metrics:         metrics,
-	}, tracker, rec)
-	npFilter, _ := o.nodePortFilter()
-	if w := npFilter.warning(); w != "" {
-		klog.InfoS(w)
-	}
-	npFilter.nodeIP = nodeIP.Addr
-	node := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: runner.UpdateNode}
-	node.refresh()
-	// Per-service traffic metrics are opt-in: 5 series per virtual server
-	// on every node, and a kernel dump plus that many series built per
-	// scrape, is more than most clusters want to pay by default.
-	if o.StatsMaxServices > 0 {
-		reg.MustRegister(ipvsstats.New(ipvsHandle, newServiceIndex(tracker,
-			node.builderConfig(o.buildConfig(nodeName, v6))).Lookup, o.StatsMaxServices))
-	}
-	go node.run(ctx, 5*time.Second)
+	}, e.tracker, rec)
+	return e
+}
 
-	health := healthz.New(runner, 2*o.SyncPeriod, reg)
-	health.NodeEligible = node.Eligible
-	healthChecks.ProxyHealthy = health.Healthy
+// serveAll starts the healthz and metrics servers (each disabled by an
+// empty address).
+func serveAll(ctx context.Context, o *Options, health *healthz.Server, reg *prometheus.Registry) error {
 	if err := serve(ctx, "healthz", o.HealthzBindAddress, health.Handler()); err != nil {
 		return err
 	}
-	if err := serve(ctx, "metrics", o.MetricsBindAddress, metricsHandler(reg, o.EnableProfiling)); err != nil {
-		return err
-	}
+	return serve(ctx, "metrics", o.MetricsBindAddress, metricsHandler(reg, o.EnableProfiling))
+}
 
+// startInformers starts the Service, EndpointSlice and Node informers
+// feeding the tracker and the node watcher, and returns when their
+// handlers have had the initial lists (handlersSynced).
+func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, tracker *sync.Tracker, nodeHandler cache.ResourceEventHandler) (func() bool, error) {
 	svcInformer, sliceInformer, nodeInformer := newInformers(client, nodeName)
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer} {
 		// Keep only what the proxy reads: the caches hold every Service
 		// and EndpointSlice of the cluster.
 		if err := inf.SetTransform(sync.StripForProxy(nodeName)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var regs []cache.ResourceEventHandlerRegistration
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
-	}{{svcInformer, tracker.ServiceHandler()}, {sliceInformer, tracker.EndpointSliceHandler()}, {nodeInformer, node.handler()}} {
+	}{{svcInformer, tracker.ServiceHandler()}, {sliceInformer, tracker.EndpointSliceHandler()}, {nodeInformer, nodeHandler}} {
 		reg, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		regs = append(regs, reg)
 	}
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer, nodeInformer} {
 		go inf.RunWithContext(ctx)
 	}
-	runner.Run(ctx, handlersSynced(regs...))
-	klog.InfoS("Stopped; kernel state left in place")
-	return nil
+	return handlersSynced(regs...), nil
 }
 
 // handlersSynced reports whether every handler has been given its
@@ -223,21 +283,6 @@ func handlersSynced(regs ...cache.ResourceEventHandlerRegistration) func() bool 
 		}
 		return true
 	}
-}
-
-// metricsHandler serves /metrics and, with profiling on, Go's pprof
-// handlers under /debug/pprof/ (kube-proxy's enableProfiling).
-func metricsHandler(reg *prometheus.Registry, profiling bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }
 
 // newInformers makes the three informers: Services and EndpointSlices with

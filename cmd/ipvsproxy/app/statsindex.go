@@ -63,16 +63,3 @@ func (x *serviceIndex) rebuild() {
 	}
 	x.owner = owner
 }
-
-// builderConfig is the runner's builder config with the node facts the
-// watcher last published, for the index.
-func (w *nodeWatcher) builderConfig(base sync.Config) func() sync.Config {
-	return func() sync.Config {
-		w.mu.Lock()
-		f := w.last
-		w.mu.Unlock()
-		c := base
-		c.Zone, c.NodePortAddresses, c.HostAddresses = f.zone, f.nodePorts, f.host
-		return c
-	}
-}

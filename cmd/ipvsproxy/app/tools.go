@@ -15,8 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/cleanup"
+	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/inspect"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -57,8 +59,9 @@ func ExitCode(err error) int {
 // toolCommand makes a subcommand that accepts every proxy flag (so the
 // DaemonSet's command line and --config work unchanged) and runs do
 // after the options are loaded and valid.
-func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) error) (*cobra.Command, *Options) {
+func toolCommand(use, short string, logging *logsapi.LoggingConfiguration, do func(cmd *cobra.Command, o *Options) error) (*cobra.Command, *Options) {
 	o := NewOptions()
+	sharedLogging(o, logging)
 	cmd := &cobra.Command{
 		Use:           use,
 		Short:         short,
@@ -66,13 +69,7 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cf, err := o.loadConfig(cmd.Flags())
-			if err == nil {
-				if err = o.Validate(); err != nil {
-					err = cf.Explain(err)
-				}
-			}
-			if err != nil {
+			if err := completeAndLog(o, cmd); err != nil {
 				return fail(cmd, err)
 			}
 			return do(cmd, o)
@@ -82,8 +79,8 @@ func toolCommand(use, short string, do func(cmd *cobra.Command, o *Options) erro
 	return cmd, o
 }
 
-func newCleanupCommand() *cobra.Command {
-	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else",
+func newCleanupCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
+	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else", logging,
 		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runCleanup(o, cmd.OutOrStdout())) })
 	cmd.Long = cmd.Short + `.
 
@@ -99,12 +96,12 @@ Pass the flags the proxy runs with: ownership depends on them.
 	return cmd
 }
 
-func newDiffCommand() *cobra.Command {
+func newDiffCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 	var output string
-	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)",
+	cmd, _ := toolCommand("diff", "Print how the kernel differs from what the cluster wants (exit 0 equal, 1 different, 2 error)", logging,
 		func(cmd *cobra.Command, o *Options) error {
-			if output != "text" && output != "json" {
-				return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+			if err := checkOutput(cmd, output); err != nil {
+				return err
 			}
 			d, err := runDiff(cmd.Context(), o)
 			if err != nil {
@@ -127,12 +124,21 @@ func newDiffCommand() *cobra.Command {
 	return cmd
 }
 
-func newStatusCommand() *cobra.Command {
-	cmd, _ := toolCommand("status", "Show what is programmed on this node and, if a proxy runs, how its syncs go",
+func newStatusCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
+	cmd, _ := toolCommand("status", "Show what is programmed on this node and, if a proxy runs, how its syncs go", logging,
 		func(cmd *cobra.Command, o *Options) error {
 			return fail(cmd, runStatus(cmd.Context(), o, cmd.OutOrStdout()))
 		})
 	return cmd
+}
+
+// checkOutput refuses an --output other than text or json (exit 2, as
+// any error of diff and doctor).
+func checkOutput(cmd *cobra.Command, output string) error {
+	if output != "text" && output != "json" {
+		return &exitError{2, fail(cmd, fmt.Errorf("--output %q: want text or json", output))}
+	}
+	return nil
 }
 
 // realKernel opens the kernel adapters the tools read and write.
@@ -160,7 +166,7 @@ func runCleanup(o *Options, out io.Writer) error {
 		return err
 	}
 	defer closeKernel()
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	// The chains and jumps do not depend on the local-traffic detector, so
 	// any valid one names them; NodeCIDR would otherwise need the API.
 	backend, err := iptablesBackend(o)
@@ -220,7 +226,7 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 		return inspect.Diff{}, err
 	}
 	want := inspect.BuildDesired(svcs, eps, &cfg)
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	have, err := inspect.Read(k, owned.Sets(true, v6), exclude, cfg.NodePortAddresses, want.Wants)
 	if err != nil {
 		return inspect.Diff{}, err
@@ -242,7 +248,7 @@ func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
 	if err != nil {
 		return nil, err
 	}
-	detector, _ := o.localDetector()
+	detector := o.parsed.detector
 	if detector.Mode == iptables.LocalModeNodeCIDR {
 		if node == nil || len(node.Spec.PodCIDRs) == 0 {
 			return nil, errors.New("--detect-local-mode=NodeCIDR: the node has no spec.podCIDRs yet; the proxy waits for them before writing rules")
@@ -270,22 +276,20 @@ func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
 // node name, zone, node-port and host addresses. It runs the proxy's own
 // node watcher once, so the node-port address rules cannot drift apart.
 func diffConfig(o *Options, dummy dummyif.Interface, node *v1.Node, nodeName string, v6 bool) (sync.Config, error) {
-	if _, err := dummy.LocalAddresses(); err != nil {
-		return sync.Config{}, err // the watcher would only log it
-	}
-	cfg := o.buildConfig(nodeName, v6)
-	npFilter, _ := o.nodePortFilter()
-	if npFilter.primary {
+	npFilter := o.parsed.nodePorts
+	if npFilter.Primary() {
 		// "primary" falls back to the node IP when the Node has no
 		// InternalIP, as in the proxy (startupNodeIP).
-		npFilter.nodeIP = detectNodeIP(o.BindAddress, node, defaultRouteSource).Addr
+		npFilter.NodeIP = detectNodeIP(o.BindAddress, node, defaultRouteSource).Addr
 	}
-	w := &nodeWatcher{dummy: dummy, nodePort: npFilter, update: func(f sync.NodeFacts) { f.ApplyTo(&cfg) }}
+	w := nodewatch.New(dummy, npFilter, nil)
 	if node != nil {
-		w.handler().OnAdd(node, true)
+		w.SetNode(node)
 	}
-	w.refresh()
-	return cfg, nil
+	if err := w.Refresh(); err != nil {
+		return sync.Config{}, err
+	}
+	return w.Config(o.buildConfig(nodeName, v6)), nil
 }
 
 // toolNodePorts are the addresses the proxy would serve node ports on,
@@ -334,7 +338,7 @@ func runStatus(ctx context.Context, o *Options, out io.Writer) error {
 		return err
 	}
 	defer closeKernel()
-	exclude, _ := o.excludeCIDRs()
+	exclude := o.parsed.exclude
 	v6, err := toolIPv6(o)
 	if err != nil {
 		return err

@@ -89,8 +89,7 @@ func TestMetricsURL(t *testing.T) {
 func TestDiffConfig(t *testing.T) {
 	d := dummyif.NewFake("")
 	d.SetLocalAddresses(netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("127.0.0.1"))
-	o := NewOptions()
-	o.HostnameOverride, o.NodePortAddresses = "node-a", []string{"192.168.0.0/16"}
+	o := completed(t, "--hostname-override", "node-a", "--nodeport-addresses", "192.168.0.0/16")
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{sync.LabelZone: "z1"}}}
 	cfg, err := diffConfig(o, d, node, "node-a", false)
 	if err != nil {

@@ -69,3 +69,50 @@ func TestCleanupWithWriteConfigToRefused(t *testing.T) {
 		t.Errorf("%s written (%v) although the command was refused", out, err)
 	}
 }
+
+// TestToolHelp: each subcommand's help has an example, says what
+// privileges it needs, and lists only the proxy flags it reads, while
+// still accepting the others (the DaemonSet's command line is passed as
+// it is).
+func TestToolHelp(t *testing.T) {
+	for _, c := range []struct{ tool, shown, hidden, needs string }{
+		{"diff", "--kubeconfig", "--conntrack-min", "CAP_NET_ADMIN"},
+		{"status", "--metrics-bind-address", "--kube-api-qps", "CAP_NET_ADMIN"},
+		{"cleanup", "--ipvs-exclude-cidrs", "--kube-api-burst", "root"},
+		{"prepare-node", "--conntrack-min", "--kubeconfig", "/proc/sys"},
+		{"doctor", "--ipvs-scheduler", "--kubeconfig", "CAP_NET_ADMIN"},
+	} {
+		var out bytes.Buffer
+		cmd := NewCommand()
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{c.tool, "--help"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		help := out.String()
+		if !strings.Contains(help, "Examples:\n  ipvsproxy "+c.tool) || !strings.Contains(help, c.needs) {
+			t.Errorf("%s --help has no example or does not say it needs %s:\n%s", c.tool, c.needs, help)
+		}
+		if !strings.Contains(help, c.shown+" ") || strings.Contains(help, c.hidden+" ") {
+			t.Errorf("%s --help: want %s listed and %s not:\n%s", c.tool, c.shown, c.hidden, help)
+		}
+		if code, stderr := runMain(c.tool, c.hidden+"=1", "--no-such-flag"); !strings.Contains(stderr, "unknown flag: --no-such-flag") || code != 2 {
+			t.Errorf("%s %s=1: not accepted as a hidden flag (exit %d, %q)", c.tool, c.hidden, code, stderr)
+		}
+	}
+}
+
+// TestCleanupFlagHelp: the --cleanup bool reads as a bool in the help
+// (pflag takes a back-quoted word in the usage as the value's name).
+func TestCleanupFlagHelp(t *testing.T) {
+	var out bytes.Buffer
+	cmd := NewCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--cleanup  ") || strings.Contains(out.String(), "--cleanup ipvsproxy") {
+		t.Errorf("--cleanup help line: %q", out.String())
+	}
+}

@@ -65,9 +65,9 @@ func scrapeProxy() (metrics, error) { return scrape.Scrape(scrape.MetricsURL) }
 const (
 	fullCount      = `ipvsproxy_syncs_total{kind="full"}`
 	incrCount      = `ipvsproxy_syncs_total{kind="incremental"}`
-	syncSum        = "kubeproxy_sync_proxy_rules_duration_seconds_sum"
-	fullHistSum    = "kubeproxy_sync_full_proxy_rules_duration_seconds_sum"
-	fullHistCount  = "kubeproxy_sync_full_proxy_rules_duration_seconds_count"
+	syncSum        = `kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family="IPv4"}` // one series per family, the same batches
+	fullHistSum    = `kubeproxy_sync_full_proxy_rules_duration_seconds_sum{ip_family="IPv4"}`
+	fullHistCount  = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
 	heapInuse      = "go_memstats_heap_inuse_bytes"
 	residentMemory = "process_resident_memory_bytes"
 )

@@ -1,4 +1,4 @@
-package app
+package nodewatch
 
 import (
 	"fmt"
@@ -38,13 +38,11 @@ func TestNodePortAddressSelection(t *testing.T) {
 		{[]string{"127.0.0.0/8"}, "[]"},
 	}
 	for _, c := range cases {
-		o := NewOptions()
-		o.NodePortAddresses = c.flag
-		f, err := o.nodePortFilter()
+		f, err := ParseNodePortAddresses(c.flag)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprint(f.pick(host, node)); got != c.want {
+		if got := fmt.Sprint(f.Pick(host, node)); got != c.want {
 			t.Errorf("--nodeport-addresses %v: %s, want %s", c.flag, got, c.want)
 		}
 	}
@@ -61,14 +59,12 @@ func TestNodePortAddressSelection(t *testing.T) {
 		{node, netip.MustParseAddr("10.0.0.5"), "[192.168.7.2]"}, // the InternalIP wins
 		{noInternal, netip.Addr{}, "[]"},
 	} {
-		primary := nodePortFilter{primary: true, nodeIP: c.nodeIP}
-		if got := fmt.Sprint(primary.pick(host, c.node)); got != c.want {
+		primary := NodePortFilter{primary: true, NodeIP: c.nodeIP}
+		if got := fmt.Sprint(primary.Pick(host, c.node)); got != c.want {
 			t.Errorf("primary, node IP %v: %s, want %s", c.nodeIP, got, c.want)
 		}
 	}
-	o := NewOptions()
-	o.NodePortAddresses = []string{"eth0"}
-	if err := o.Validate(); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor one of primary, all, localhost` {
+	if _, err := ParseNodePortAddresses([]string{"eth0"}); err == nil || err.Error() != `--nodeport-addresses: "eth0" is neither a CIDR nor one of primary, all, localhost` {
 		t.Errorf("bad --nodeport-addresses: %v", err)
 	}
 }
@@ -83,13 +79,11 @@ func TestNodePortLoopbackWarning(t *testing.T) {
 		{[]string{"primary", "all"}, ""},
 		{[]string{"localhost", "primary", "::1/128"}, "--nodeport-addresses localhost,::1/128: node ports are not served on loopback addresses with IPVS; ignored"},
 	} {
-		o := NewOptions()
-		o.NodePortAddresses = c.flag
-		f, err := o.nodePortFilter()
+		f, err := ParseNodePortAddresses(c.flag)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := f.warning(); got != c.want {
+		if got := f.Warning(); got != c.want {
 			t.Errorf("%v: warning %q, want %q", c.flag, got, c.want)
 		}
 	}
@@ -101,25 +95,30 @@ func TestNodeWatcherPublishesOnlyChanges(t *testing.T) {
 	d := dummyif.NewFake("")
 	d.SetLocalAddresses(addrs("10.0.0.5", "127.0.0.1")...)
 	var got []sync.NodeFacts
-	w := &nodeWatcher{dummy: d, update: func(f sync.NodeFacts) { got = append(got, f) }}
-	w.refresh()
-	w.refresh()
+	w := New(d, NodePortFilter{}, func(f sync.NodeFacts) { got = append(got, f) })
+	refresh := func() {
+		if err := w.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh()
+	refresh()
 	if len(got) != 1 || fmt.Sprint(got[0].NodePortAddresses) != "[10.0.0.5]" || fmt.Sprint(got[0].HostAddresses) != "[10.0.0.5 127.0.0.1]" {
 		t.Fatalf("first refresh: %+v", got)
 	}
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{sync.LabelZone: "zone-a"}}}
-	w.handler().OnAdd(n, true)
+	w.Handler().OnAdd(n, true)
 	if len(got) != 2 || got[1].Zone != "zone-a" {
 		t.Fatalf("zone label: %+v", got)
 	}
 	// A pod's veth comes with its own link-local addresses: not a node change.
 	d.SetLocalAddresses(addrs("10.0.0.5", "127.0.0.1", "fe80::1c2b:3ff:fe4d:5e6f", "169.254.1.1")...)
-	w.refresh()
+	refresh()
 	if len(got) != 2 {
 		t.Fatalf("link-local addresses of a pod veth published a node change: %+v", got[2:])
 	}
 	d.SetLocalAddresses(addrs("10.0.0.5", "10.0.0.6", "127.0.0.1")...)
-	w.refresh()
+	refresh()
 	if len(got) != 3 || fmt.Sprint(got[2].NodePortAddresses) != "[10.0.0.5 10.0.0.6]" {
 		t.Fatalf("new address: %+v", got)
 	}
@@ -127,14 +126,14 @@ func TestNodeWatcherPublishesOnlyChanges(t *testing.T) {
 		t.Error("a live node is eligible")
 	}
 	dying := n.DeepCopy()
-	dying.Spec.Taints = []v1.Taint{{Key: taintToBeDeleted, Effect: v1.TaintEffectNoSchedule}}
-	w.handler().OnUpdate(n, dying)
+	dying.Spec.Taints = []v1.Taint{{Key: TaintToBeDeleted, Effect: v1.TaintEffectNoSchedule}}
+	w.Handler().OnUpdate(n, dying)
 	if w.Eligible() {
 		t.Error("a node tainted ToBeDeletedByClusterAutoscaler must not be eligible")
 	}
 	deleting := n.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	w.handler().OnUpdate(dying, deleting)
+	w.Handler().OnUpdate(dying, deleting)
 	if w.Eligible() {
 		t.Error("a node being deleted must not be eligible")
 	}
