@@ -76,7 +76,7 @@ sandbox-test:
 E2E_LEGACY_RUN ?= ^(TestMasquerade|TestFirewallReloadRestored|TestDriftChainRuleRepaired|TestCleanupKeepsForeign|TestNodePort|TestLoadBalancer|TestExternalIP|TestExternalTrafficPolicyLocal|TestHostPortProtection|TestServiceTCP|TestServiceDualStack|TestBackend)
 e2e: build
 	e2e/run.sh
-	E2E_KERNEL=6.1 E2E_RUN='$(E2E_LEGACY_RUN)' e2e/run.sh
+	E2E_KERNEL=6.1 E2E_RUN='$(E2E_LEGACY_RUN)' E2E_TIMEOUT=1200 e2e/run.sh
 
 test: unit lint sandbox-test e2e
 
