@@ -159,3 +159,7 @@ type Interface interface {
 	GetTimeouts() (Timeouts, error)
 	SetTimeouts(t Timeouts) error
 }
+
+// Schedulers are the IPVS schedulers Linux ships, each its module
+// ip_vs_<name> (twos since 6.7), in the order a help text lists them.
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}

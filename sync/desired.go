@@ -165,11 +165,16 @@ func affinityTimeout(svc *v1.Service) uint32 {
 	return DefaultAffinityTimeout
 }
 
-// Schedulers are the IPVS schedulers a service may ask for.
-var Schedulers = map[string]bool{
-	"rr": true, "wrr": true, "lc": true, "wlc": true, "lblc": true, "lblcr": true,
-	"dh": true, "sh": true, "sed": true, "nq": true, "mh": true,
-}
+// Schedulers are the IPVS schedulers a service or --ipvs-scheduler may
+// name: every one the kernel ships (ipvs.Schedulers). Refusing one the
+// kernel has would only make users patch around us.
+var Schedulers = func() map[string]bool {
+	m := make(map[string]bool, len(ipvs.Schedulers))
+	for _, n := range ipvs.Schedulers {
+		m[n] = true
+	}
+	return m
+}()
 
 var schedulerFlagBits = map[string]ipvs.Flags{
 	"sh-fallback": ipvs.FlagSchedFlag1, "sh-port": ipvs.FlagSchedFlag2,
