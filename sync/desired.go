@@ -113,6 +113,7 @@ func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Buil
 	sb := serviceBuilder{svc: svc, cfg: cfg, out: &b, localEps: map[ipvs.RealKey]bool{}, programmed: map[bool]bool{}}
 	sb.sched, sb.flags, b.Problems = schedulerFor(svc, cfg.Scheduler, cfg.MissingSchedulers)
 	sb.affinity = affinityTimeout(svc)
+	sb.weights = sb.weightsFor()
 	sb.parseExternal()
 	for _, ipStr := range clusterIPs {
 		ip, err := netip.ParseAddr(ipStr)
