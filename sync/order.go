@@ -41,6 +41,23 @@ func realOrder(node string, vs ipvs.ServiceKey, reals []ipvs.RealServer) {
 	})
 }
 
+// AddOrder returns reals in the order a proxy on node adds them to vs:
+// the kernel lists them the other way round (ipvsadm -Ln --nosort), and
+// rr, wrr and lc start with the last one. The end-to-end test predicts the
+// kernel's list with it.
+func AddOrder(node string, vs ipvs.ServiceKey, reals []ipvs.RealKey) []ipvs.RealKey {
+	rs := make([]ipvs.RealServer, len(reals))
+	for i, k := range reals {
+		rs[i].RealKey = k
+	}
+	realOrder(node, vs, rs)
+	out := make([]ipvs.RealKey, len(rs))
+	for i, r := range rs {
+		out[i] = r.RealKey
+	}
+	return out
+}
+
 // orderSeed hashes what the order depends on besides the real server.
 func orderSeed(node string, vs ipvs.ServiceKey) uint64 {
 	h := fnv.New64a()
