@@ -199,13 +199,9 @@ func setWeights(t *testing.T, ns, weights string) {
 func waitWeights(t *testing.T, key string, pods []*framework.Pod, wa, wb int) {
 	t.Helper()
 	waitKernel(t, programTimeout, fmt.Sprintf("%s weights %d and %d", key, wa, wb), func() error {
-		vss, err := framework.IPVS()
+		v, err := framework.VirtualServerOf(key)
 		if err != nil {
 			return err
-		}
-		v := vss[key]
-		if v == nil {
-			return fmt.Errorf("no virtual server %s", key)
 		}
 		for i, w := range []int{wa, wb} {
 			addr := net.JoinHostPort(pods[i].IP, strconv.Itoa(8080))

@@ -100,6 +100,19 @@ func IPVS() (map[string]*VirtualServer, error) {
 	return vss, sc.Err()
 }
 
+// VirtualServerOf reads virtual server key ("TCP 10.96.0.10:80") with
+// IPVS; an error says when it is not there.
+func VirtualServerOf(key string) (*VirtualServer, error) {
+	vss, err := IPVS()
+	if err != nil {
+		return nil, err
+	}
+	if v := vss[key]; v != nil {
+		return v, nil
+	}
+	return nil, fmt.Errorf("no virtual server %s", key)
+}
+
 // RealOrder lists the real servers of virtual server key ("TCP
 // 10.96.0.10:80") in the kernel's own order, with `ipvsadm -Sn --nosort`
 // (ipvsadm sorts them by default): the order rr, wrr and lc walk, the
