@@ -93,7 +93,7 @@ func TestRealServerOrderPerNode(t *testing.T) {
 // proxy on node added them: the reverse of sync.AddOrder.
 func kernelOrder(t *testing.T, ts *testService, node string) []string {
 	t.Helper()
-	sk := ipvs.ServiceKey{Address: netip.MustParseAddr(ts.VIP), Protocol: ipvs.TCP, Port: 80}
+	sk := ipvs.VirtualServer{ServiceKey: ipvs.ServiceKey{Address: netip.MustParseAddr(ts.VIP), Protocol: ipvs.TCP, Port: 80}, Scheduler: "rr"}
 	var rks []ipvs.RealKey
 	for _, p := range ts.pods {
 		rks = append(rks, ipvs.RealKey{Address: netip.MustParseAddr(p.IP), Port: 8080})

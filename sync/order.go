@@ -25,14 +25,30 @@ import (
 // different from node to node, and independent of the order the endpoints
 // arrive in or whether they came with the service or later. Adoption
 // writes nothing, so a restart leaves the kernel's list as it is.
+//
+// Except for the hashing schedulers: sh, mh and dh map a client (or a
+// destination) to a backend through a table filled by walking the list in
+// its order. A client whose packets reach the service through different
+// nodes (an external load balancer's ECMP, a rehash) lands on the same
+// backend only when every node's list is in the same order — the point of
+// Maglev (mh). For them every node adds in the real servers' own order
+// (ipvs.CompareRealKeys), as before.
+
+// sameOnEveryNode are the schedulers whose choice must not depend on the
+// node: those that hash over the list.
+var sameOnEveryNode = map[string]bool{"sh": true, "mh": true, "dh": true}
 
 // realOrder sorts reals, in place, into the order node adds them to vs:
 // the last one is the one rr, wrr and lc pick first.
-func realOrder(node string, vs ipvs.ServiceKey, reals []ipvs.RealServer) {
+func realOrder(node string, vs ipvs.VirtualServer, reals []ipvs.RealServer) {
 	if len(reals) < 2 {
 		return
 	}
-	seed := orderSeed(node, vs)
+	if sameOnEveryNode[vs.Scheduler] {
+		slices.SortFunc(reals, compareReal)
+		return
+	}
+	seed := orderSeed(node, vs.ServiceKey)
 	slices.SortFunc(reals, func(a, b ipvs.RealServer) int {
 		if c := cmp.Compare(realRank(seed, a.RealKey), realRank(seed, b.RealKey)); c != 0 {
 			return c
@@ -45,7 +61,7 @@ func realOrder(node string, vs ipvs.ServiceKey, reals []ipvs.RealServer) {
 // the kernel lists them the other way round (ipvsadm -Ln --nosort), and
 // rr, wrr and lc start with the last one. The end-to-end test predicts the
 // kernel's list with it.
-func AddOrder(node string, vs ipvs.ServiceKey, reals []ipvs.RealKey) []ipvs.RealKey {
+func AddOrder(node string, vs ipvs.VirtualServer, reals []ipvs.RealKey) []ipvs.RealKey {
 	rs := make([]ipvs.RealServer, len(reals))
 	for i, k := range reals {
 		rs[i].RealKey = k

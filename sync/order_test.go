@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -106,4 +107,30 @@ func TestRealOrderIsPerNodeAndStable(t *testing.T) {
 		t.Errorf("a restart over the programmed service wrote %v", w)
 	}
 	assertText(t, "ipvsadm -Sn after the restart", k.IPVS.String(), before)
+}
+
+// TestHashingSchedulersKeepOneOrder: with sh, mh and dh, which fill their
+// table by walking the list, every node adds the real servers in the same
+// order (by address), so a client reaching the service through any node
+// hashes to the same backend.
+func TestHashingSchedulersKeepOneOrder(t *testing.T) {
+	for _, sched := range []string{"sh", "mh", "dh"} {
+		s, sl := orderService(6)
+		s.Annotations = map[string]string{AnnotationScheduler: sched}
+		_, _, a := addOrder(t, "node-a", s, sl, false)
+		_, _, b := addOrder(t, "node-b", s, sl, true)
+		if !slices.Equal(a, b) || !slices.IsSortedFunc(a, func(x, y string) int {
+			return ipvs.CompareRealKeys(parseRealKey(t, x), parseRealKey(t, y))
+		}) {
+			t.Errorf("%s: node-a adds %v, node-b %v; want both in address order", sched, a, b)
+		}
+	}
+}
+
+func parseRealKey(t *testing.T, s string) ipvs.RealKey {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ipvs.RealKey{Address: ap.Addr(), Port: ap.Port()}
 }

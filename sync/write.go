@@ -199,21 +199,21 @@ func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bo
 	w.rec.vsOwner[k] = key
 	got := VirtualServerState{VS: n.VS}
 	var err error
-	got.Reals, err = w.addReals(k, slices.Clone(n.Reals), make([]ipvs.RealServer, 0, len(n.Reals)))
+	got.Reals, err = w.addReals(n.VS, slices.Clone(n.Reals), make([]ipvs.RealServer, 0, len(n.Reals)))
 	return got, true, err
 }
 
-// addReals adds reals to k in this node's order (realOrder) and returns
+// addReals adds reals to vs in this node's order (realOrder) and returns
 // got with those the kernel accepted, sorted again by key as the record
 // keeps them.
-func (w *writer) addReals(k ipvs.ServiceKey, reals, got []ipvs.RealServer) ([]ipvs.RealServer, error) {
+func (w *writer) addReals(vs ipvs.VirtualServer, reals, got []ipvs.RealServer) ([]ipvs.RealServer, error) {
 	if len(reals) == 0 {
 		return got, nil
 	}
-	realOrder(w.node, k, reals)
+	realOrder(w.node, vs, reals)
 	var errs []error
 	for _, rs := range reals {
-		if err := w.addReal(k, rs); err != nil {
+		if err := w.addReal(vs.ServiceKey, rs); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -277,7 +277,7 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 			got.Reals = append(got.Reals, nrs)
 		})
 	var addErr error
-	got.Reals, addErr = w.addReals(k, added, got.Reals)
+	got.Reals, addErr = w.addReals(n.VS, added, got.Reals)
 	errs = append(errs, addErr)
 	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
 		// Datagrams sent while the service had no backend may have left
