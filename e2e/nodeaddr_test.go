@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,15 +61,11 @@ func waitNoVS(t *testing.T, timeout time.Duration, key string) {
 func waitRealsWithin(t *testing.T, timeout time.Duration, key string, want []string) {
 	t.Helper()
 	waitKernel(t, timeout, "virtual server "+key, func() error {
-		vss, err := framework.IPVS()
+		v, err := framework.VirtualServerOf(key)
 		if err != nil {
 			return err
 		}
-		v := vss[key]
-		if v == nil {
-			return fmt.Errorf("no virtual server %s", key)
-		}
-		if got := v.ActiveReals(); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := v.ActiveReals(); !slices.Equal(got, want) {
 			return fmt.Errorf("%s: active real servers %v, want %v", key, got, want)
 		}
 		return nil

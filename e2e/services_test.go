@@ -74,20 +74,7 @@ func reals(pods []*framework.Pod, port int) []string {
 // its active real servers.
 func waitReals(t *testing.T, key string, want []string) {
 	t.Helper()
-	waitKernel(t, programTimeout, "virtual server "+key, func() error {
-		vss, err := framework.IPVS()
-		if err != nil {
-			return err
-		}
-		v := vss[key]
-		if v == nil {
-			return fmt.Errorf("no virtual server %s", key)
-		}
-		if got := v.ActiveReals(); strings.Join(got, " ") != strings.Join(want, " ") {
-			return fmt.Errorf("%s: active real servers %v, want %v", key, got, want)
-		}
-		return nil
-	})
+	waitRealsWithin(t, programTimeout, key, want)
 }
 
 // waitSetEntries waits until every entry is in the ipset.

@@ -224,11 +224,6 @@ func parseAddr(af uint16, b []byte) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("unparsable address %v (family %d)", b, af)
 }
 
-// knownSchedulers are the kernel's scheduler names, handed out as
-// constants so a dump of 100,000 services does not allocate 100,000
-// copies of "rr".
-var knownSchedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
-
 func schedulerName(b []byte) string {
 	for i, c := range b {
 		if c == 0 {
@@ -236,7 +231,9 @@ func schedulerName(b []byte) string {
 			break
 		}
 	}
-	for _, s := range knownSchedulers {
+	// The known names are handed out as constants, so a dump of 100,000
+	// services does not allocate 100,000 copies of "rr".
+	for _, s := range Schedulers {
 		if string(b) == s {
 			return s
 		}

@@ -63,11 +63,13 @@ var defaultTimeouts = Timeouts{TCP: 900 * time.Second, TCPFin: 120 * time.Second
 
 // Schedulers the Fake accepts, as if every ip_vs_* scheduler module were
 // loaded. Any other name fails like a missing module does in the kernel.
-var fakeSchedulers = map[string]bool{
-	"rr": true, "wrr": true, "lc": true, "wlc": true, "lblc": true, "lblcr": true,
-	"dh": true, "sh": true, "sed": true, "nq": true, "mh": true, "fo": true,
-	"ovf": true, "twos": true,
-}
+var fakeSchedulers = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range Schedulers {
+		m[s] = true
+	}
+	return m
+}()
 
 // UnloadScheduler makes the Fake refuse scheduler name as the kernel does
 // when its module is not loaded; loaded=true takes it back.

@@ -159,3 +159,8 @@ type Interface interface {
 	GetTimeouts() (Timeouts, error)
 	SetTimeouts(t Timeouts) error
 }
+
+// Schedulers are the IPVS schedulers Linux ships, each its module
+// ip_vs_<name> (twos is the newest: in 6.1, not in 5.15), in the order a
+// help text lists them.
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}

@@ -21,6 +21,7 @@ type serviceBuilder struct {
 	sched    string
 	flags    ipvs.Flags
 	affinity uint32
+	weights  endpointWeights
 
 	externalIPs  []netip.Addr
 	lbIPs        []netip.Addr
@@ -245,7 +246,7 @@ func (b *serviceBuilder) virtualServer(addr netip.Addr, proto ipvs.Protocol, por
 	}
 	st := VirtualServerState{VS: vs, Reals: make([]ipvs.RealServer, 0, len(eps))}
 	for _, e := range eps {
-		st.Reals = append(st.Reals, ipvs.RealServer{RealKey: e.key, Weight: 1})
+		st.Reals = append(st.Reals, ipvs.RealServer{RealKey: e.key, Weight: b.weights.weightOf(e.zone, e.node)})
 	}
 	b.out.State.VirtualServers = append(b.out.State.VirtualServers, st)
 }

@@ -113,6 +113,7 @@ func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Buil
 	sb := serviceBuilder{svc: svc, cfg: cfg, out: &b, localEps: map[ipvs.RealKey]bool{}, programmed: map[bool]bool{}}
 	sb.sched, sb.flags, b.Problems = schedulerFor(svc, cfg.Scheduler, cfg.MissingSchedulers)
 	sb.affinity = affinityTimeout(svc)
+	sb.weights = sb.weightsFor()
 	sb.parseExternal()
 	for _, ipStr := range clusterIPs {
 		ip, err := netip.ParseAddr(ipStr)
@@ -165,11 +166,16 @@ func affinityTimeout(svc *v1.Service) uint32 {
 	return DefaultAffinityTimeout
 }
 
-// Schedulers are the IPVS schedulers a service may ask for.
-var Schedulers = map[string]bool{
-	"rr": true, "wrr": true, "lc": true, "wlc": true, "lblc": true, "lblcr": true,
-	"dh": true, "sh": true, "sed": true, "nq": true, "mh": true,
-}
+// Schedulers are the IPVS schedulers a service or --ipvs-scheduler may
+// name: every one the kernel ships (ipvs.Schedulers). Refusing one the
+// kernel has would only make users patch around us.
+var Schedulers = func() map[string]bool {
+	m := make(map[string]bool, len(ipvs.Schedulers))
+	for _, n := range ipvs.Schedulers {
+		m[n] = true
+	}
+	return m
+}()
 
 var schedulerFlagBits = map[string]ipvs.Flags{
 	"sh-fallback": ipvs.FlagSchedFlag1, "sh-port": ipvs.FlagSchedFlag2,

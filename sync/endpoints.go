@@ -27,6 +27,7 @@ type endpoint struct {
 	zones       []string // hints.forZones
 	nodes       []string // hints.forNodes
 	hinted      bool     // the slice gave hints for this endpoint
+	zone, node  string   // where it runs, when the slice says: for AnnotationWeights
 }
 
 // collectEndpoints returns every usable endpoint of one service port in one
@@ -78,6 +79,12 @@ func toEndpoint(ep *discovery.Endpoint, port uint16, v6 bool, node string) (endp
 		local:       ep.NodeName != nil && node != "" && *ep.NodeName == node,
 		ready:       c.Ready == nil || *c.Ready,
 		terminating: c.Terminating != nil && *c.Terminating,
+	}
+	if ep.Zone != nil {
+		e.zone = *ep.Zone
+	}
+	if ep.NodeName != nil {
+		e.node = *ep.NodeName
 	}
 	e.serving = e.ready
 	if c.Serving != nil {

@@ -57,3 +57,20 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 		t.Errorf("events after the module was loaded: %q", ev)
 	}
 }
+
+// TestEverySchedulerTheKernelShips: a Service may ask for each scheduler
+// Linux has, twos, fo and ovf included, and gets it with no Warning.
+func TestEverySchedulerTheKernelShips(t *testing.T) {
+	for _, sched := range []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"} {
+		k := newKernel(t)
+		e := newEngine(t, k)
+		s := svc("default", "web", "10.96.0.10", "80")
+		s.Annotations = map[string]string{AnnotationScheduler: sched}
+		stripService(s) // the informer's transform keeps the annotation
+		if p := Build(s, nil, &e.cfg).Problems; len(p) != 0 {
+			t.Errorf("scheduler %s: problems %q", sched, p)
+		}
+		e.apply(s)
+		assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.10:80 -s "+sched)
+	}
+}

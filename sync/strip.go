@@ -21,16 +21,15 @@ import (
 // namespace, UID and resourceVersion (the Event's object reference), the
 // builder's annotations, the slice's service-name label, the specs, the
 // load balancer status and the endpoints' addresses, conditions, zone,
-// hints, and whether they are on this node. That last one is all Build
-// asks of an endpoint's node name, so an endpoint elsewhere keeps none
-// (40 bytes of every remote endpoint of the cluster) and one here points
-// at the node's own name.
+// node name (locality and AnnotationWeights) and hints.
 //
 // What stays of a slice is compacted too: the endpoint array trimmed to
 // its length (the decoder grows it by doubling, so a slice of 10
 // endpoints arrives with room for 16, 1.5 KB instead of 1 KB), and every
-// endpoint's conditions and zone point at one shared value per distinct
-// value instead of each holding its own copy.
+// endpoint's conditions, zone and node name point at one shared value per
+// distinct value instead of each holding its own copy: a cluster has far
+// fewer nodes than endpoints, so a node name costs its 40 bytes once per
+// node, not once per endpoint of the cluster.
 //
 // The object is changed in place: client-go hands the transform an object
 // it has just decoded and nobody else holds. The fuzz test builds every
@@ -53,7 +52,7 @@ func StripForProxy(node string) cache.TransformFunc {
 
 // serviceAnnotations are the annotations the builder reads.
 var serviceAnnotations = []string{AnnotationScheduler, AnnotationSchedulerFlags, AnnotationKubeRouterScheduler,
-	AnnotationKubeRouterSchedFlags, AnnotationTopologyMode, annotationTopologyHintsOld}
+	AnnotationKubeRouterSchedFlags, AnnotationTopologyMode, annotationTopologyHintsOld, AnnotationWeights}
 
 func stripService(s *v1.Service) {
 	var kept map[string]string
@@ -98,7 +97,7 @@ func stripSlice(s *discovery.EndpointSlice, here *string) {
 		if e.NodeName != nil && *here != "" && *e.NodeName == *here {
 			e.NodeName = here
 		} else {
-			e.NodeName = nil
+			e.NodeName = nodeNames.intern(e.NodeName)
 		}
 		e.Zone = zones.intern(e.Zone)
 	}
@@ -131,6 +130,10 @@ type internTable struct {
 }
 
 var zones = &internTable{max: 1 << 10}
+
+// nodeNames holds the other nodes' names; its bound is past the largest
+// clusters Kubernetes supports (5,000 nodes).
+var nodeNames = &internTable{max: 1 << 14}
 
 func (t *internTable) intern(p *string) *string {
 	if p == nil {

@@ -19,7 +19,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	s.UID, s.ResourceVersion = "u-1", "42"
 	s.ManagedFields = managed
 	s.Labels = map[string]string{"app.kubernetes.io/name": "web", "helm.sh/chart": "web-1.2.3"}
-	s.Annotations = map[string]string{AnnotationScheduler: "sh", "kubectl.kubernetes.io/last-applied-configuration": `{"big":"json"}`}
+	s.Annotations = map[string]string{AnnotationScheduler: "sh", AnnotationWeights: "zone=zone-a:2", "kubectl.kubernetes.io/last-applied-configuration": `{"big":"json"}`}
 	s.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
 	s.Spec.Selector = map[string]string{"app": "web"}
 	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"}, ep{ip: "10.244.2.5", node: "n2"})
@@ -38,11 +38,11 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	if _, err := strip(sl); err != nil {
 		t.Fatal(err)
 	}
-	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 1 || s.Status.Conditions != nil || s.Spec.Selector != nil {
+	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 2 || s.Status.Conditions != nil || s.Spec.Selector != nil {
 		t.Errorf("service kept what the proxy never reads: %+v", s.ObjectMeta)
 	}
 	if s.Name != "web" || s.Namespace != "default" || s.UID != "u-1" || s.ResourceVersion != "42" ||
-		s.Annotations[AnnotationScheduler] != "sh" || s.Spec.ClusterIP != "10.96.0.10" {
+		s.Annotations[AnnotationScheduler] != "sh" || s.Annotations[AnnotationWeights] != "zone=zone-a:2" || s.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("service lost what Events or the builder need: %+v %+v", s.ObjectMeta, s.Spec)
 	}
 	if sl.ManagedFields != nil || sl.Annotations != nil || sl.OwnerReferences != nil || len(sl.Labels) != 1 {
@@ -53,14 +53,14 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 		e.Addresses[0] != "10.244.1.5" || *e.NodeName != "n1" || *e.Zone != "zone-a" || !*e.Conditions.Ready {
 		t.Errorf("slice endpoint after strip: %+v (service key %q)", e, sliceKey(sl))
 	}
-	if remote := sl.Endpoints[1]; remote.NodeName != nil || remote.Addresses[0] != "10.244.2.5" {
-		t.Errorf("an endpoint on another node kept its node name: %+v", remote)
+	if remote := sl.Endpoints[1]; remote.NodeName == nil || *remote.NodeName != "n2" || remote.Addresses[0] != "10.244.2.5" {
+		t.Errorf("an endpoint on another node lost its node name (ipvsproxy.io/weights reads it): %+v", remote)
 	}
 }
 
 // TestStripForProxyCompactsSlices: the endpoint array is trimmed to its
-// length, equal conditions and zones share one value across endpoints and
-// slices, endpoints on this node share its name and the others keep none.
+// length, equal conditions, zones and node names share one value across
+// endpoints and slices.
 func TestStripForProxyCompactsSlices(t *testing.T) {
 	mk := func(name string) *discovery.EndpointSlice {
 		sl := slice("default", "web", name, "", 8080, v1.ProtocolTCP,
@@ -79,11 +79,11 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 		t.Errorf("endpoint array keeps room for %d, holds %d", cap(a.Endpoints), len(a.Endpoints))
 	}
 	e0, e1, e2, f0 := a.Endpoints[0], a.Endpoints[1], a.Endpoints[2], b.Endpoints[0]
-	if *e0.NodeName != "n1" || e1.NodeName != nil || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
+	if *e0.NodeName != "n1" || *e1.NodeName != "n2" || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
 		!*e0.Conditions.Ready || *e2.Conditions.Ready || e0.Addresses[0] != "10.244.1.5" {
 		t.Fatalf("values changed: %+v %+v %+v", e0, e1, e2)
 	}
-	if e0.NodeName != e2.NodeName || e0.NodeName != f0.NodeName || e0.Zone != e1.Zone || e0.Zone != f0.Zone ||
+	if e0.NodeName != e2.NodeName || e0.NodeName != f0.NodeName || e1.NodeName != b.Endpoints[1].NodeName || e0.Zone != e1.Zone || e0.Zone != f0.Zone ||
 		e0.Conditions.Ready != f0.Conditions.Ready {
 		t.Error("equal nodes, zones or conditions not shared")
 	}

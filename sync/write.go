@@ -22,6 +22,8 @@ type writer struct {
 	drain   *drainer
 	grow    *setGrower
 	observe func(object, verb string, err error) error
+	// node seeds the order real servers are added in (order.go).
+	node string
 }
 
 // apply is Sync for a want without conflicts.
@@ -195,16 +197,30 @@ func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bo
 		return VirtualServerState{}, false, err
 	}
 	w.rec.vsOwner[k] = key
-	got := VirtualServerState{VS: n.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
+	got := VirtualServerState{VS: n.VS}
+	var err error
+	got.Reals, err = w.addReals(n.VS, slices.Clone(n.Reals), make([]ipvs.RealServer, 0, len(n.Reals)))
+	return got, true, err
+}
+
+// addReals adds reals to vs in this node's order (realOrder) and returns
+// got with those the kernel accepted, sorted again by key as the record
+// keeps them.
+func (w *writer) addReals(vs ipvs.VirtualServer, reals, got []ipvs.RealServer) ([]ipvs.RealServer, error) {
+	if len(reals) == 0 {
+		return got, nil
+	}
+	realOrder(w.node, vs, reals)
 	var errs []error
-	for _, rs := range n.Reals {
-		if err := w.addReal(k, rs); err != nil {
+	for _, rs := range reals {
+		if err := w.addReal(vs.ServiceKey, rs); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		got.Reals = append(got.Reals, rs)
+		got = append(got, rs)
 	}
-	return got, true, errors.Join(errs...)
+	slices.SortFunc(got, compareReal)
+	return got, errors.Join(errs...)
 }
 
 // putVS writes a virtual server: updated in place when it should exist,
@@ -229,6 +245,7 @@ func (w *writer) putVS(vs ipvs.VirtualServer, exists bool) error {
 func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 	k := n.VS.ServiceKey
 	var errs []error
+	var added []ipvs.RealServer // added after the walk, in this node's order
 	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
 	if !o.VS.Equal(n.VS) {
 		// In place; if it was deleted behind our back, it is added again.
@@ -245,13 +262,7 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 				got.Reals = append(got.Reals, rs)
 			}
 		},
-		func(rs ipvs.RealServer) {
-			if err := w.addReal(k, rs); err != nil {
-				errs = append(errs, err)
-				return
-			}
-			got.Reals = append(got.Reals, rs)
-		},
+		func(rs ipvs.RealServer) { added = append(added, rs) },
 		func(ors, nrs ipvs.RealServer) {
 			if ors.Weight == nrs.Weight {
 				got.Reals = append(got.Reals, ors)
@@ -265,6 +276,9 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 			w.drain.stop(k, nrs.RealKey)
 			got.Reals = append(got.Reals, nrs)
 		})
+	var addErr error
+	got.Reals, addErr = w.addReals(n.VS, added, got.Reals)
+	errs = append(errs, addErr)
 	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
 		// Datagrams sent while the service had no backend may have left
 		// conntrack entries that would keep them from reaching the new one.

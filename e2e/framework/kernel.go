@@ -100,6 +100,38 @@ func IPVS() (map[string]*VirtualServer, error) {
 	return vss, sc.Err()
 }
 
+// VirtualServerOf reads virtual server key ("TCP 10.96.0.10:80") with
+// IPVS; an error says when it is not there.
+func VirtualServerOf(key string) (*VirtualServer, error) {
+	vss, err := IPVS()
+	if err != nil {
+		return nil, err
+	}
+	if v := vss[key]; v != nil {
+		return v, nil
+	}
+	return nil, fmt.Errorf("no virtual server %s", key)
+}
+
+// RealOrder lists the real servers of virtual server key ("TCP
+// 10.96.0.10:80") in the kernel's own order, with `ipvsadm -Sn --nosort`
+// (ipvsadm sorts them by default): the order rr, wrr and lc walk, the
+// one added last first.
+func RealOrder(key string) ([]string, error) {
+	out, err := Run("ipvsadm", "-Sn", "--nosort")
+	if err != nil {
+		return nil, err
+	}
+	var reals []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "-a" && protoFlags[f[1]]+" "+f[2] == key {
+			reals = append(reals, flagValue(f, "-r"))
+		}
+	}
+	return reals, nil
+}
+
 func flagValue(f []string, flag string) string {
 	for i := 0; i+1 < len(f); i++ {
 		if f[i] == flag {

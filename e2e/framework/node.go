@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -17,6 +19,35 @@ import (
 // Node-wide knobs the tests turn: the Node's labels (ipvsproxy watches its
 // own Node), sysctls, the IPVS timeouts, and proxies started with other
 // flags than the shared one.
+
+// RegisterNode creates (or finds) Node name with InternalIP ip and a
+// Ready condition, as a kubelet would: ipvsproxy reads its own Node (node
+// IPs, labels) and the sandbox has no kubelet.
+func (c *Cluster) RegisterNode(ctx context.Context, name, ip string) error {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+		}},
+	}
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	// Addresses and conditions are status, written through the subresource.
+	created.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: ip},
+		{Type: corev1.NodeHostName, Address: name},
+	}
+	created.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Sandbox",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+	}}
+	_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
 
 // SetNodeLabel sets label key on the sandbox's Node to value, or removes
 // it when value is empty, with a merge patch (no read-modify-write race

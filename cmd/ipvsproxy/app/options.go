@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
@@ -98,7 +99,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "The pod CIDR range(s) of the cluster, comma-separated (one per family); ClusterIP traffic from outside it is masqueraded.")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", o.MasqueradeAll, "Masquerade all traffic sent to ClusterIPs.")
 	fs.Int32Var(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "The fwmark bit (0-31) that marks packets to masquerade.")
-	fs.StringVar(&o.Scheduler, "ipvs-scheduler", o.Scheduler, "The default IPVS scheduler: rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq or mh.")
+	fs.StringVar(&o.Scheduler, "ipvs-scheduler", o.Scheduler, "The default IPVS scheduler: "+strings.Join(ipvs.Schedulers, ", ")+".")
 	fs.DurationVar(&o.SyncPeriod, "ipvs-sync-period", o.SyncPeriod, "How often a full pass reads the kernel and repairs drift (> 0).")
 	fs.DurationVar(&o.MinSyncPeriod, "ipvs-min-sync-period", o.MinSyncPeriod, "The least time between two sync batches; changes arriving meanwhile are coalesced.")
 	fs.StringSliceVar(&o.ExcludeCIDRs, "ipvs-exclude-cidrs", o.ExcludeCIDRs, "CIDRs whose IPVS virtual servers and addresses ipvsproxy never touches: never removed, and a Service address inside is not programmed (Warning Event).")
@@ -183,7 +184,7 @@ func (o *Options) parse() (parsed, error) {
 // check validates what parse does not parse.
 func (o *Options) check() error {
 	if !sync.Schedulers[o.Scheduler] {
-		return fmt.Errorf("--ipvs-scheduler %q: not an IPVS scheduler (want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh)", o.Scheduler)
+		return fmt.Errorf("--ipvs-scheduler %q: not an IPVS scheduler (want one of %s)", o.Scheduler, strings.Join(ipvs.Schedulers, ", "))
 	}
 	if o.SyncPeriod <= 0 {
 		return fmt.Errorf("--ipvs-sync-period %s: must be greater than 0", o.SyncPeriod)

@@ -8,6 +8,21 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// TestEveryKernelSchedulerIsAFlagValue: --ipvs-scheduler takes each
+// scheduler Linux ships, twos, fo and ovf included, and the refusal of
+// another names them all.
+func TestEveryKernelSchedulerIsAFlagValue(t *testing.T) {
+	for _, sched := range []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"} {
+		o, _, err := load(t, "--ipvs-scheduler", sched)
+		if err != nil || o.Scheduler != sched {
+			t.Errorf("--ipvs-scheduler %s: %q, %v", sched, o.Scheduler, err)
+		}
+	}
+	if _, _, err := load(t, "--ipvs-scheduler", "fastest"); err == nil || !strings.Contains(err.Error(), "nq, fo, ovf, mh, twos)") {
+		t.Errorf("--ipvs-scheduler fastest: %v, want the list of schedulers", err)
+	}
+}
+
 // TestBadFlagsGiveOneLineErrors runs the real command with bad flags: each
 // must fail before touching anything, with one line naming the flag.
 func TestBadFlagsGiveOneLineErrors(t *testing.T) {

@@ -198,6 +198,7 @@ func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.
 	}
 	rec := sync.NewReconciler(kernel, ownedSets, o.parsed.exclude)
 	rec.SetGracePeriod(o.GracePeriod)
+	rec.SetNodeName(nodeName)
 	rec.SetSpecs(setup.sets)
 	rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }
 	var cleaner conntrack.Cleaner

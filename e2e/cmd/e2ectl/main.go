@@ -27,10 +27,6 @@ import (
 	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/ipvsproxy/ipvsproxy/e2e/framework"
 )
 
@@ -97,31 +93,9 @@ func node(args []string) error {
 	if err != nil {
 		return err
 	}
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: *name, Labels: map[string]string{
-			"kubernetes.io/hostname": *name, "kubernetes.io/os": "linux",
-		}},
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	created, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		created, err = c.Client.CoreV1().Nodes().Get(ctx, *name, metav1.GetOptions{})
-	}
-	if err != nil {
-		return err
-	}
-	// Addresses and conditions are status, written through the subresource.
-	created.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: *ip},
-		{Type: corev1.NodeHostName, Address: *name},
-	}
-	created.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Sandbox",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-	}}
-	_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	return c.RegisterNode(ctx, *name, *ip)
 }
 
 func apply(args []string) error {
