@@ -51,7 +51,7 @@ const orderNode = "e2e-order-node-b"
 
 // TestRealServerOrderPerNode: a proxy adds a virtual server's eight real
 // servers in the order its node name gives (sync.AddOrder), so the kernel
-// lists them in the reverse of it (ipvsadm -Sn --nosort) and rr's first
+// lists them in the reverse of it (ipvsadm -Ln --nosort) and rr's first
 // connection goes to the first listed; a proxy under another node name
 // (--hostname-override) programs the same service in another order; and a
 // restart of either keeps the kernel's order (adoption writes nothing).
@@ -115,7 +115,7 @@ func expectOrder(t *testing.T, ts *testService, node string) []string {
 	waitKernel(t, programTimeout, fmt.Sprintf("%s in node %s's order", key, node), func() error {
 		got, err := framework.RealOrder(key)
 		if err == nil && !slices.Equal(got, want) {
-			err = fmt.Errorf("ipvsadm -Sn --nosort lists %v, want %v", got, want)
+			err = fmt.Errorf("ipvsadm -Ln --nosort lists %v, want %v", got, want)
 		}
 		return err
 	})
@@ -131,7 +131,7 @@ func restartKeepsOrder(t *testing.T, p *framework.Proxy, key string, want []stri
 	}
 	waitFirstPass(t)
 	if got, err := framework.RealOrder(key); err != nil || !slices.Equal(got, want) {
-		t.Errorf("after a restart ipvsadm -Sn --nosort lists %v (%v), want the order before it, %v", got, err, want)
+		t.Errorf("after a restart ipvsadm -Ln --nosort lists %v (%v), want the order before it, %v", got, err, want)
 	}
 }
 

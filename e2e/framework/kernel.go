@@ -114,19 +114,25 @@ func VirtualServerOf(key string) (*VirtualServer, error) {
 }
 
 // RealOrder lists the real servers of virtual server key ("TCP
-// 10.96.0.10:80") in the kernel's own order, with `ipvsadm -Sn --nosort`
+// 10.96.0.10:80") in the kernel's own order, with `ipvsadm -Ln --nosort`
 // (ipvsadm sorts them by default): the order rr, wrr and lc walk, the
 // one added last first.
 func RealOrder(key string) ([]string, error) {
-	out, err := Run("ipvsadm", "-Sn", "--nosort")
+	// -S refuses --nosort ("Illegal 'nosort' option with the 'save'
+	// command"); the listing takes it.
+	out, err := Run("ipvsadm", "-Ln", "--nosort")
 	if err != nil {
 		return nil, err
 	}
 	var reals []string
+	in := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "-a" && protoFlags[f[1]]+" "+f[2] == key {
-			reals = append(reals, flagValue(f, "-r"))
+		switch {
+		case len(f) >= 2 && f[0] == "->" && in:
+			reals = append(reals, f[1])
+		case len(f) >= 2 && f[0] != "->":
+			in = f[0]+" "+f[1] == key
 		}
 	}
 	return reals, nil
