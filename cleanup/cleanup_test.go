@@ -149,7 +149,7 @@ func TestCleanupFailures(t *testing.T) {
 	}
 
 	undo()
-	n.ipt.InjectRestoreError(func([]byte) error { return errors.New("xtables lock") })
+	n.ipt.FailOn(iptables.VerbRestore, nil, errors.New("xtables lock"))
 	res, err := Run(c)
 	if err == nil || !strings.Contains(err.Error(), "xtables lock") {
 		t.Fatalf("err = %v", err)

@@ -27,7 +27,7 @@ import (
 // matrixNode is a node the matrix runs on: the fakes, or the real kernel.
 type matrixNode struct {
 	k     owned.Kernel
-	ipt   iptables.Runner
+	ipt   iptables.SaveRestorer
 	rules *iptables.Syncer
 	// view is what the operator's tools print: ipvsadm -Sn, ipset save,
 	// iptables-save and ip -o addr.

@@ -40,13 +40,6 @@ type Call struct {
 // idempotent add and delete) and String prints what `ipset save` prints.
 // The zero value is an empty kernel; a Fake is safe for concurrent use.
 type Fake struct {
-	// Inject, when not nil, is called before every operation with its verb
-	// (VerbAddEntry ...), the set it names ("" for ListSets; the first set for
-	// SwapSets) and the entry for VerbAddEntry/VerbDeleteEntry (else nil). A non-nil
-	// result fails the operation with that error and changes nothing; the
-	// call is still counted. Set it while no operation is in flight.
-	Inject func(verb, set string, e *Entry) error
-
 	mu   sync.Mutex
 	sets map[string]*fakeSet
 	calls.Counter

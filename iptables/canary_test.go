@@ -22,7 +22,7 @@ func syncedFake(t *testing.T) (*FakeRunner, *Syncer) {
 
 // noGenerations hides the fake's GenerationReader: a runner that cannot
 // report generations.
-type noGenerations struct{ Runner }
+type noGenerations struct{ SaveRestorer }
 
 func TestCanaryPresent(t *testing.T) {
 	f, s := syncedFake(t)

@@ -45,7 +45,7 @@ const DefaultMasqueradeBit = 14
 // change fields; every field is validated before any rule text is made,
 // so no unchecked string reaches iptables-restore.
 type Config struct {
-	// Family must match the Runner's family.
+	// Family must match the SaveRestorer's family.
 	Family Family
 	// MasqueradeBit (0-31) is the fwmark bit that asks KUBE-POSTROUTING to
 	// masquerade. Taken literally (0 is a valid bit, as in kube-proxy):

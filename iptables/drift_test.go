@@ -79,12 +79,7 @@ func TestDriftNamesEachDifference(t *testing.T) {
 // still compared.
 func TestDriftSaveError(t *testing.T) {
 	f, s := syncedFake(t)
-	f.InjectSaveError(func(table string) error {
-		if table == TableFilter {
-			return errString("iptables-save: permission denied")
-		}
-		return nil
-	})
+	f.FailOn(VerbSave, func(c Call) bool { return c.Table == TableFilter }, errString("iptables-save: permission denied"))
 	if err := f.DeleteChain(TableNAT, ChainCanary); err != nil {
 		t.Fatal(err)
 	}

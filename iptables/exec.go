@@ -27,7 +27,7 @@ func execRun(ctx context.Context, bin string, args []string, stdin []byte) ([]by
 	return out.Bytes(), errb.Bytes(), err
 }
 
-// ExecRunner implements Runner with the iptables-save/-restore binaries
+// ExecRunner implements SaveRestorer with the iptables-save/-restore binaries
 // of one family and backend (iptables-legacy-save, ip6tables-nft-restore,
 // ...), called by their explicit backend names so that the host's
 // alternatives setting does not matter.
@@ -43,7 +43,7 @@ type ExecRunner struct {
 	version [3]int // of iptables-restore; zero if unknown
 }
 
-var _ Runner = (*ExecRunner)(nil)
+var _ SaveRestorer = (*ExecRunner)(nil)
 
 // NewExecRunner returns a runner for family and backend. BackendAuto is
 // resolved here with DetectBackend.
@@ -64,7 +64,7 @@ func NewExecRunner(family Family, backend Backend) (*ExecRunner, error) {
 	return &ExecRunner{family: family, backend: backend, Timeout: 30 * time.Second, run: execRun}, nil
 }
 
-// Family implements Runner.
+// Family implements SaveRestorer.
 func (r *ExecRunner) Family() Family { return r.family }
 
 // Backend returns the resolved backend.
@@ -78,7 +78,7 @@ func binary(family Family, backend Backend, tool string) string {
 	return prefix + "-" + string(backend) + "-" + tool
 }
 
-// Save implements Runner: `<x>tables-<backend>-save -t table`.
+// Save implements SaveRestorer: `<x>tables-<backend>-save -t table`.
 func (r *ExecRunner) Save(table string) ([]byte, error) {
 	if _, ok := builtinChains[table]; !ok {
 		return nil, fmt.Errorf("iptables: unknown table %q", table)
@@ -86,7 +86,7 @@ func (r *ExecRunner) Save(table string) ([]byte, error) {
 	return r.call(binary(r.family, r.backend, "save"), []string{"-t", table}, nil)
 }
 
-// Restore implements Runner: `<x>tables-<backend>-restore [-w 5] --noflush
+// Restore implements SaveRestorer: `<x>tables-<backend>-restore [-w 5] --noflush
 // --counters` with data on stdin. The 5 s lock wait (iptables >= 1.6.2)
 // rides out other writers holding the xtables lock instead of failing;
 // it is bounded so a stuck holder shows up as an error, not a hang.

@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
 
-// FakeRunner is an in-memory Runner for tests. It applies
+// FakeRunner is an in-memory SaveRestorer for tests. It applies
 // iptables-restore input with --noflush semantics and prints tables the
 // way iptables-save does, so a test's expected value reads like an
 // operator's terminal.
@@ -31,20 +33,35 @@ import (
 // arguments or "--or-mark"). Callers that compare against it must write
 // canonical rules, which the sandbox test checks against the real tool.
 type FakeRunner struct {
-	mu          sync.Mutex
-	family      Family
-	tables      map[string]*tableState
-	sets        map[string]bool // nil: ipset names are not checked
-	saves       int
-	restores    int
-	gen         uint64 // bumped by every committed edit, see Generation
-	inputs      []string
-	saveHook    func(table string) error
-	restoreHook func(data []byte) error
+	mu       sync.Mutex
+	family   Family
+	tables   map[string]*tableState
+	sets     map[string]bool // nil: ipset names are not checked
+	saves    int
+	restores int
+	gen      uint64 // bumped by every committed edit, see Generation
+	inputs   []string
+	// Faults fails chosen calls (FailOn, FailTimes with VerbSave or
+	// VerbRestore): the call returns the error, is counted and changes
+	// nothing. Record sees every call.
+	calls.Faults[Call]
+}
+
+// The verbs of FakeRunner's Faults: its Runner methods.
+const (
+	VerbSave    = "Save"
+	VerbRestore = "Restore"
+)
+
+// Call describes one FakeRunner call, for its Faults: the table Save
+// reads, or the input Restore is given.
+type Call struct {
+	Table string
+	Data  string
 }
 
 var (
-	_ Runner           = (*FakeRunner)(nil)
+	_ SaveRestorer     = (*FakeRunner)(nil)
 	_ GenerationReader = (*FakeRunner)(nil)
 )
 
@@ -63,21 +80,21 @@ var targetExtensions = map[string]bool{
 // NewFakeRunner returns an empty fake: every table holds only its builtin
 // chains with policy ACCEPT.
 func NewFakeRunner(family Family) *FakeRunner {
-	return &FakeRunner{family: family, tables: map[string]*tableState{}}
+	f := &FakeRunner{family: family, tables: map[string]*tableState{}}
+	f.Verbs(VerbSave, VerbRestore)
+	return f
 }
 
-// Family implements Runner.
+// Family implements SaveRestorer.
 func (f *FakeRunner) Family() Family { return f.family }
 
-// Save implements Runner.
+// Save implements SaveRestorer.
 func (f *FakeRunner) Save(table string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.saves++
-	if f.saveHook != nil {
-		if err := f.saveHook(table); err != nil {
-			return nil, err
-		}
+	if err := f.Check(VerbSave, Call{Table: table}); err != nil {
+		return nil, err
 	}
 	t, err := f.table(table)
 	if err != nil {
@@ -86,22 +103,20 @@ func (f *FakeRunner) Save(table string) ([]byte, error) {
 	return []byte(t.save()), nil
 }
 
-// Restore implements Runner.
+// Restore implements SaveRestorer.
 func (f *FakeRunner) Restore(data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.restores++
 	f.inputs = append(f.inputs, string(data))
-	if f.restoreHook != nil {
-		if err := f.restoreHook(data); err != nil {
-			return err
-		}
+	if err := f.Check(VerbRestore, Call{Data: string(data)}); err != nil {
+		return err
 	}
 	return f.apply(data)
 }
 
 // Apply applies restore input "behind the engine's back": same semantics
-// as Restore, but not counted and not subject to the error hook. Tests use
+// as Restore, but not counted and not subject to Faults. Tests use
 // it to add foreign rules.
 func (f *FakeRunner) Apply(data string) error {
 	f.mu.Lock()
@@ -153,22 +168,6 @@ func (f *FakeRunner) ResetCounts() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.saves, f.restores, f.inputs = 0, 0, nil
-}
-
-// InjectSaveError makes Save return hook's error when it is non-nil;
-// a nil hook removes the injection.
-func (f *FakeRunner) InjectSaveError(hook func(table string) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.saveHook = hook
-}
-
-// InjectRestoreError makes Restore fail with hook's error, before touching
-// any table, when it is non-nil; a nil hook removes the injection.
-func (f *FakeRunner) InjectRestoreError(hook func(data []byte) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.restoreHook = hook
 }
 
 // SetKnownSets turns on ipset checking: from now on a rule with

@@ -49,13 +49,13 @@ func concat(a []string, b ...string) []string {
 // runs before the sets are destroyed.
 type Syncer struct {
 	mu     sync.Mutex // one Sync or Cleanup at a time: each is save-then-restore
-	runner Runner
+	runner SaveRestorer
 	want   []tableSpec
 	synced bool // a Sync has succeeded for every table
 }
 
 // NewSyncer validates cfg and returns a Syncer writing through r.
-func NewSyncer(r Runner, cfg Config) (*Syncer, error) {
+func NewSyncer(r SaveRestorer, cfg Config) (*Syncer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -297,7 +297,7 @@ type RandomFullyProber interface {
 
 // SupportsRandomFully reports whether r can write --random-fully; runners
 // that cannot tell are assumed not to.
-func SupportsRandomFully(r Runner) bool {
+func SupportsRandomFully(r SaveRestorer) bool {
 	p, ok := r.(RandomFullyProber)
 	return ok && p.HasRandomFully()
 }

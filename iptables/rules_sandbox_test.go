@@ -24,13 +24,13 @@ import (
 
 // countingRunner counts restores on a real runner.
 type countingRunner struct {
-	Runner
+	SaveRestorer
 	restores int
 }
 
 func (c *countingRunner) Restore(data []byte) error {
 	c.restores++
-	return c.Runner.Restore(data)
+	return c.SaveRestorer.Restore(data)
 }
 
 // createSets makes every ipset the engine creates (owned.Sets), the
@@ -63,7 +63,7 @@ func sandboxRunner(t *testing.T, fam Family) *ExecRunner {
 
 // sameAsFake asserts that the kernel's normalized iptables-save output
 // equals the fake's for every table.
-func sameAsFake(t *testing.T, step string, real Runner, fake *FakeRunner) {
+func sameAsFake(t *testing.T, step string, real SaveRestorer, fake *FakeRunner) {
 	t.Helper()
 	for _, table := range []string{TableNAT, TableFilter, TableMangle} {
 		got := NormalizeSave([]byte(mustSave(t, real, table)))
@@ -83,10 +83,10 @@ func foreignFor(fam Family) string {
 func TestSandboxSyncMatchesFake(t *testing.T) {
 	for _, fam := range []Family{IPv4, IPv6} {
 		createSets(t, fam)
-		real := &countingRunner{Runner: sandboxRunner(t, fam)}
+		real := &countingRunner{SaveRestorer: sandboxRunner(t, fam)}
 		fake := NewFakeRunner(fam)
 		fake.SetKnownSets(owned.SetNames(fam == IPv4, fam == IPv6)...)
-		for _, r := range []Runner{real, fake} {
+		for _, r := range []SaveRestorer{real, fake} {
 			if err := r.Restore([]byte(foreignFor(fam))); err != nil {
 				t.Fatalf("IPv%d foreign rules: %v", fam, err)
 			}

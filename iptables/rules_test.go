@@ -99,7 +99,7 @@ func testCases() []testCase {
 	}
 }
 
-func mustSyncer(t *testing.T, r Runner, cfg Config) *Syncer {
+func mustSyncer(t *testing.T, r SaveRestorer, cfg Config) *Syncer {
 	t.Helper()
 	s, err := NewSyncer(r, cfg)
 	if err != nil {
@@ -108,7 +108,7 @@ func mustSyncer(t *testing.T, r Runner, cfg Config) *Syncer {
 	return s
 }
 
-func mustSave(t *testing.T, r Runner, table string) string {
+func mustSave(t *testing.T, r SaveRestorer, table string) string {
 	t.Helper()
 	b, err := r.Save(table)
 	if err != nil {
@@ -120,7 +120,7 @@ func mustSave(t *testing.T, r Runner, table string) string {
 // checkTables compares every table the Syncer writes with the wanted
 // iptables-save text. The mangle table is the same for every
 // configuration of a family: it is only passed when it should differ.
-func checkTables(t *testing.T, r Runner, nat, filter string, mangleOther ...string) {
+func checkTables(t *testing.T, r SaveRestorer, nat, filter string, mangleOther ...string) {
 	t.Helper()
 	mangle := mangleV4
 	if r.Family() == IPv6 {
@@ -372,23 +372,18 @@ func TestSyncNeedsSets(t *testing.T) {
 func TestSyncErrors(t *testing.T) {
 	f := NewFakeRunner(IPv4)
 	s := mustSyncer(t, f, DefaultConfig(IPv4))
-	f.InjectRestoreError(func([]byte) error { return errString("iptables-restore: line 3 failed") })
+	undo := f.FailOn(VerbRestore, nil, errString("iptables-restore: line 3 failed"))
 	changed, err := s.Sync()
 	if changed || err == nil || !strings.Contains(err.Error(), "restore nat table: iptables-restore: line 3 failed") {
 		t.Fatalf("Sync = %v, %v", changed, err)
 	}
-	f.InjectRestoreError(nil)
-	f.InjectSaveError(func(table string) error {
-		if table == TableFilter {
-			return errString("boom")
-		}
-		return nil
-	})
+	undo()
+	undo = f.FailOn(VerbSave, func(c Call) bool { return c.Table == TableFilter }, errString("boom"))
 	changed, err = s.Sync()
 	if !changed || err == nil || !strings.Contains(err.Error(), "save filter table: boom") {
 		t.Fatalf("Sync = %v, %v; want nat written and the filter save error", changed, err)
 	}
-	f.InjectSaveError(nil)
+	undo()
 	if _, err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ const (
 	IPv6 Family = 6
 )
 
-// Runner is the process boundary: the iptables-save/-restore binaries of
+// SaveRestorer is the process boundary: the iptables-save/-restore binaries of
 // one family and backend (legacy or nft).
-type Runner interface {
+type SaveRestorer interface {
 	// Family reports which family the runner writes.
 	Family() Family
 	// Save returns the `iptables-save -t table` output.

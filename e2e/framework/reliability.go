@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/scrape"
 )
 
 // The reliability tests' toolbox: the API server as a process that can be
@@ -279,21 +281,13 @@ func Healthz(url string) (int, string, error) {
 // MetricsURL is where the sandbox's ipvsproxy serves /metrics.
 const MetricsURL = "http://127.0.0.1:10249/metrics"
 
-// Metric returns the value of an unlabelled counter or gauge from the
-// proxy's /metrics (0 when it has not been exported yet).
-func Metric(name string) (float64, error) {
-	code, body, err := Healthz(MetricsURL)
+// Metric returns the value of a series (a name, with its labels as
+// /metrics prints them) from the proxy's /metrics (0 when it has not been
+// exported yet).
+func Metric(series string) (float64, error) {
+	m, err := scrape.Scrape(MetricsURL)
 	if err != nil {
 		return 0, err
 	}
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: HTTP %d", code)
-	}
-	for _, l := range strings.Split(body, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 && f[0] == name {
-			return strconv.ParseFloat(f[1], 64)
-		}
-	}
-	return 0, nil
+	return m.Get(series), nil
 }

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
 )
 
 // change is one single-endpoint change in flight.

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipsets"
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipvstext"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipsets"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipvstext"
 	"github.com/moby/ipvs"
 )
 

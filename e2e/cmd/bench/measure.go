@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/scrape"
 )
 
 // result is one proxy's measurement at one size.

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/scrape"
 )
 
 // proxySpec is one proxy under test: how to start it and how to clean the

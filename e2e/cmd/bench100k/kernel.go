@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipsets"
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/ipvstext"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipsets"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipvstext"
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 )

@@ -35,7 +35,7 @@ import (
 	"github.com/moby/ipvs"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
 )
 
 type config struct {

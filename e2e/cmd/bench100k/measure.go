@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
 )
 
 // programmed is when the kernel was found complete.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/scrape"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/scrape"
 )
 
 // proxyArgs: the sandbox node (scrape.ProxyArgs; the cluster CIDR holds

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ipvsproxy/ipvsproxy/e2e/cmd/internal/proc"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
 )
 
 // report is everything measured, saved as bench100k.json and

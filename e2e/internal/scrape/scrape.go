@@ -1,11 +1,12 @@
 //go:build e2e
 
-// Package scrape reads a proxy's /metrics for the benchmarks and the
-// flags both benchmarks start a proxy with.
+// Package scrape reads a proxy's /metrics for the benchmarks and the e2e
+// suite's framework, and holds the flags both benchmarks start a proxy with.
 package scrape
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -36,6 +37,9 @@ func Scrape(url string) (Metrics, error) {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return Metrics{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Metrics{}, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
 	}
 	return Parse(string(data)), nil
 }
