@@ -31,7 +31,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	sl.Endpoints[0].Hostname = ptr.To("web-0")
 	sl.Endpoints[0].Zone = ptr.To("zone-a")
 
-	strip := StripForProxy("n1")
+	strip := StripForProxy("n1", CriticalServices{})
 	if _, err := strip(s); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 		return sl
 	}
 	a, b := mk("web-a"), mk("web-b")
-	strip := StripForProxy("n1")
+	strip := StripForProxy("n1", CriticalServices{})
 	strip(a)
 	strip(b)
 	if cap(a.Endpoints) != len(a.Endpoints) {

@@ -248,7 +248,7 @@ func startInformers(ctx context.Context, client kubernetes.Interface, nodeName s
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer} {
 		// Keep only what the proxy reads: the caches hold every Service
 		// and EndpointSlice of the cluster.
-		if err := inf.SetTransform(sync.StripForProxy(nodeName)); err != nil {
+		if err := inf.SetTransform(sync.StripForProxy(nodeName, sync.CriticalServices{})); err != nil {
 			return nil, err
 		}
 	}
