@@ -275,7 +275,7 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 		r.passBackoff.Forget("")
 	}
 	took := r.clock.Since(r.passStart)
-	r.fullDone.Store(true)
+	r.markReady()
 	r.metrics.fullPass(took)
 	r.metrics.services(r.rec.Keys())
 	if r.cfg.OnFullSync != nil {
@@ -341,5 +341,25 @@ func (r *Runner) Pending() (queued, synced time.Time) {
 	return queued, synced
 }
 
-// Ready reports whether the first full pass has adopted the kernel state.
-func (r *Runner) Ready() bool { return r.fullDone.Load() }
+// Ready reports whether the first full pass has completed: every service
+// of the informers' initial lists programmed, the kernel's leftovers
+// pruned (/readyz).
+func (r *Runner) Ready() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Readied is closed when Ready turns true.
+func (r *Runner) Readied() <-chan struct{} { return r.ready }
+
+func (r *Runner) markReady() {
+	r.readyOnce.Do(func() {
+		close(r.ready)
+		klog.InfoS("Ready: the first full pass has programmed every service", "services", r.rec.Keys(),
+			"sinceStart", r.clock.Since(r.cfg.Started))
+	})
+}

@@ -89,7 +89,8 @@ type Runner struct {
 
 	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64 // unix nanos of the end of the last batch without a node-wide failure
-	fullDone   atomic.Bool  // the first full pass (adoption) has completed
+	ready      chan struct{} // closed when the first full pass has completed
+	readyOnce  gosync.Once
 	// informersSynced: the informers' handlers have had their initial
 	// lists. No full pass (and so no prune) starts before.
 	informersSynced atomic.Bool
@@ -130,6 +131,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		metrics:     m,
 		rep:         newReporter(cfg.Events, t, m),
 		critical:    newCriticalProgress(),
+		ready:       make(chan struct{}),
 		retry:       workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		passBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		ev:          newEvents(),
