@@ -87,8 +87,8 @@ type Runner struct {
 
 	rep *reporter
 
-	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
-	lastSynced atomic.Int64 // unix nanos of the end of the last batch without a node-wide failure
+	lastQueued atomic.Int64  // unix nanos of the oldest change not yet synced; 0 when none
+	lastSynced atomic.Int64  // unix nanos of the end of the last batch without a node-wide failure
 	ready      chan struct{} // closed when the first full pass has completed
 	readyOnce  gosync.Once
 	// informersSynced: the informers' handlers have had their initial
