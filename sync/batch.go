@@ -91,7 +91,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 func (r *Runner) syncEach(keys []string, fromQueue bool, f failures) []string {
 	synced := make([]string, 0, len(keys))
 	for _, k := range keys {
-		for r.keys.criticalWaiting() {
+		for r.order.criticalWaiting() {
 			c, quit := r.queue.Get()
 			if quit {
 				return synced

@@ -135,6 +135,10 @@ func newCriticalProgress() *criticalProgress {
 	return p
 }
 
+// following reports whether critical keys are still followed (until
+// finish told the moment): callers skip telling it otherwise.
+func (p *criticalProgress) following() bool { return p.active.Load() }
+
 // changed notes a change to a critical key.
 func (p *criticalProgress) changed(key string) {
 	p.mu.Lock()
@@ -149,7 +153,7 @@ func (p *criticalProgress) changed(key string) {
 // syncing returns the number of key's latest change, before its sync
 // reads the tracker (0 when key is not pending).
 func (p *criticalProgress) syncing(key string) uint64 {
-	if !p.active.Load() {
+	if !p.following() {
 		return 0
 	}
 	p.mu.Lock()
@@ -174,7 +178,7 @@ func (p *criticalProgress) synced(key string, n uint64) {
 // (the informers' handlers have had their initial lists), and how many
 // critical services were programmed.
 func (p *criticalProgress) finish(listed bool) (int, bool) {
-	if !listed || !p.active.Load() {
+	if !listed || !p.following() {
 		return 0, false
 	}
 	p.mu.Lock()

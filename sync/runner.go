@@ -79,7 +79,7 @@ type Runner struct {
 	metrics *Metrics
 
 	queue       workqueue.TypedInterface[string] // changed service keys
-	keys        *keyQueue                        // the queue's order: critical keys first
+	order       *keyQueue                        // the queue's storage: critical keys first
 	critical    *criticalProgress
 	retry       workqueue.TypedRateLimiter[string] // per-key backoff
 	passBackoff workqueue.TypedRateLimiter[string] // backoff of failed passes
@@ -136,8 +136,8 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		passBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		ev:          newEvents(),
 	}
-	r.keys = newKeyQueue(r.isCritical)
-	r.queue = newRunnerQueue(r.keys, cfg.Clock)
+	r.order = newKeyQueue(r.isCritical)
+	r.queue = newRunnerQueue(r.order, cfg.Clock)
 	m.setFamilies(cfg.Build.IPv6)
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
@@ -197,7 +197,7 @@ func (r *Runner) changed(key string, endpoints bool) {
 	now := r.clock.Now()
 	r.lastQueued.CompareAndSwap(0, now.UnixNano())
 	r.metrics.changed(endpoints, now)
-	if r.critical.active.Load() && r.isCritical(key) {
+	if r.critical.following() && r.isCritical(key) {
 		r.critical.changed(key)
 	}
 	r.enqueue(key)
