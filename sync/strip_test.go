@@ -106,3 +106,28 @@ func TestInternTableBounded(t *testing.T) {
 		t.Error("intern(nil) is not nil")
 	}
 }
+
+// TestStripKeepsOnlyCriticalLabels: a Service keeps the labels that make
+// it critical and nothing else; a Service matching no term keeps none.
+func TestStripKeepsOnlyCriticalLabels(t *testing.T) {
+	crit, err := ParseCriticalServices([]string{"k8s-app=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strip := StripForProxy("n1", crit)
+	dns := svc("kube-system", "coredns", "10.96.0.10", "53")
+	dns.Labels = map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
+	other := svc("apps", "web", "10.96.0.11", "80")
+	other.Labels = map[string]string{"k8s-app": "web"}
+	for _, s := range []*v1.Service{dns, other} {
+		if _, err := strip(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dns.Labels) != 1 || dns.Labels["k8s-app"] != "kube-dns" {
+		t.Errorf("critical Service's labels after strip: %v, want only k8s-app=kube-dns", dns.Labels)
+	}
+	if other.Labels != nil {
+		t.Errorf("a Service matching no term kept labels %v", other.Labels)
+	}
+}
