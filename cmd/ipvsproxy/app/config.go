@@ -58,6 +58,12 @@ type IPVSProxyConfiguration struct {
 	// GracefulTerminationPeriod is --ipvs-graceful-termination-period; a
 	// pointer because 0 ("delete at once") differs from unset (30 s).
 	GracefulTerminationPeriod *metav1.Duration `json:"gracefulTerminationPeriod,omitempty"`
+	// CriticalServices is --critical-services. Not omitted when empty:
+	// an empty list (only default/kubernetes) differs from unset (the
+	// default list).
+	CriticalServices []string `json:"criticalServices"`
+	// RemoveStartupTaint is --remove-startup-taint.
+	RemoveStartupTaint string `json:"removeStartupTaint,omitempty"`
 }
 
 // ConfigFile is a decoded --config file.
@@ -281,7 +287,9 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 	if e := cf.IPVSProxy; e != nil {
 		b = append(b,
 			binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }},
-			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }})
+			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }},
+			binding{"criticalServices", "critical-services", e.CriticalServices != nil, func() { o.CriticalServices = append([]string{}, e.CriticalServices...) }},
+			binding{"removeStartupTaint", "remove-startup-taint", e.RemoveStartupTaint != "", func() { o.RemoveStartupTaint = e.RemoveStartupTaint }})
 	}
 	return b
 }
@@ -484,6 +492,8 @@ func (o *Options) EffectiveConfig() ([]byte, error) {
 		TypeMeta:                  metav1.TypeMeta{APIVersion: ConfigAPIVersion, Kind: ConfigKind},
 		IPTablesBackend:           o.IPTablesBackend,
 		GracefulTerminationPeriod: &metav1.Duration{Duration: o.GracePeriod},
+		CriticalServices:          o.CriticalServices,
+		RemoveStartupTaint:        o.RemoveStartupTaint,
 	})
 	if err != nil {
 		return nil, err
