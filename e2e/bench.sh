@@ -17,13 +17,15 @@
 #   BENCH_PROGRAM_TIMEOUT=30m  give up on a proxy whose initial programming takes longer
 #   BENCH_TIMEOUT=SECONDS      kill the sandbox after this long (default: 900 + 1200 per 1k services)
 #   BENCH_MEM=4G               guest memory
+#   E2E_RAISE_MAP_COUNT=1      past 5,000 services, raise the host's vm.max_map_count for
+#                              the run (root; restored after; see ensure_map_count in lib.sh)
 #   E2E_IPVSPROXY=PATH         ipvsproxy binary (default bin/ipvsproxy)
 # Results: e2e/out/bench-DATE/ (bench-table.md, bench-N-PROXY.json, each
 # proxy's log, the API server's), also linked as e2e/out/bench-latest.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 total_start=$(date +%s)
-trap print_timings EXIT
+trap 'restore_map_count; print_timings' EXIT
 
 sizes=${BENCH_N:-1000}
 default_proxies="ipvsproxy kube-proxy kube-proxy-nftables"
@@ -31,6 +33,10 @@ default_proxies="ipvsproxy kube-proxy kube-proxy-nftables"
 proxies=${BENCH_PROXIES:-$default_proxies}
 largest=$(tr ' ,' '\n\n' <<<"$sizes" | sort -n | tail -1)
 timeout=${BENCH_TIMEOUT:-$(( 900 + 1200 * (largest + 999) / 1000 ))}
+mem=${BENCH_MEM:-4G}
+if [ "$largest" -gt 5000 ]; then
+  ensure_map_count bench "$mem" "${E2E_RAISE_MAP_COUNT:-0}"
+fi
 
 stage "packages"; install_packages; stage_done
 stage "kube-apiserver, kube-proxy, etcd (cached)"
@@ -64,7 +70,7 @@ export E2E_RESULTS; E2E_RESULTS=$(new_results bench)
 
 stage "sandbox: boot + apiserver + benchmark (N = $sizes)"
 set +e
-(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "${BENCH_MEM:-4G}" -- \
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "$mem" -- \
   "$e2e/guest/cluster.sh" "$repo/bin/e2e-bench" "${args[@]}")
 rc=$?
 set -e
