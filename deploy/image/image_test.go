@@ -17,51 +17,75 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // images opens the layout and returns its reference and one image per
-// architecture.
+// architecture, after go-containerregistry's validation of the whole
+// index (every blob's digest and size, every layer's diff ID).
+// It runs once; the tests share what it found.
 func images(t *testing.T) (string, map[string]v1.Image) {
 	t.Helper()
+	loadOnce.Do(func() { loaded.ref, loaded.imgs, loaded.err = loadImages() })
+	if loaded.err != nil {
+		t.Fatal(loaded.err)
+	}
+	return loaded.ref, loaded.imgs
+}
+
+var (
+	loadOnce sync.Once
+	loaded   struct {
+		ref  string
+		imgs map[string]v1.Image
+		err  error
+	}
+)
+
+func loadImages() (string, map[string]v1.Image, error) {
 	dir := os.Getenv("IPVSPROXY_IMAGE")
 	if dir == "" {
-		t.Fatal("IPVSPROXY_IMAGE is not set: run `make image-test`")
+		return "", nil, fmt.Errorf("IPVSPROXY_IMAGE is not set: run `make image-test`")
 	}
 	p, err := layout.FromPath(dir)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	top, err := p.ImageIndex()
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	tm, err := top.IndexManifest()
 	if err != nil || len(tm.Manifests) != 1 {
-		t.Fatalf("%s/index.json: want one image index (%v)", dir, err)
+		return "", nil, fmt.Errorf("%s/index.json: want one image index (%v)", dir, err)
 	}
 	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
+	}
+	if err := validate.Index(idx); err != nil {
+		return "", nil, fmt.Errorf("the image index is not valid: %v", err)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	out := map[string]v1.Image{}
 	for _, d := range im.Manifests {
 		img, err := idx.Image(d.Digest)
 		if err != nil {
-			t.Fatal(err)
+			return "", nil, err
 		}
 		out[d.Platform.OS+"/"+d.Platform.Architecture] = img
 	}
-	return tm.Manifests[0].Annotations["io.containerd.image.name"], out
+	return tm.Manifests[0].Annotations["io.containerd.image.name"], out, nil
 }
 
 // unpack writes the image's flattened filesystem under a new directory.
