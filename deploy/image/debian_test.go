@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -150,5 +152,35 @@ func TestLockRoundTrips(t *testing.T) {
 	}
 	if _, err := readLock(strings.NewReader("amd64 dash 1 bookworm f.deb short 9\n")); err == nil {
 		t.Error("a bad sha256 was accepted")
+	}
+}
+
+var debName = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+
+// TestRootsCoverTheDockerfilesPackages keeps the two builds in step: a
+// package the Dockerfile installs and the lock lacks would make the
+// engine-free image quietly poorer.
+func TestRootsCoverTheDockerfilesPackages(t *testing.T) {
+	data, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if _, rest, ok := strings.Cut(line, "apt-get install"); ok {
+			for _, w := range strings.Fields(rest) {
+				if debName.MatchString(w) { // not a flag, && or \
+					pkgs = append(pkgs, w)
+				}
+			}
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("found no apt-get install line in deploy/Dockerfile")
+	}
+	for _, p := range pkgs {
+		if !slices.Contains(Roots, p) {
+			t.Errorf("deploy/Dockerfile installs %s; deploy/image's Roots do not", p)
+		}
 	}
 }
