@@ -56,7 +56,7 @@ image:
 # The layout as one tarball, for `docker load` (Docker 25+) or `ctr
 # import`; reproducible like the layout.
 image-tar: image
-	tar -C $(BIN)/image --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	tar -C $(BIN)/image --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner --mode='u=rwX,go=rX' \
 	  -cf $(BIN)/ipvsproxy-image.tar .
 	@echo $(BIN)/ipvsproxy-image.tar
 
