@@ -1,9 +1,11 @@
 # ipvsproxy — build, test, demo.
 #
-#   make test    unit tests (race), lint, then every real-kernel test in the
+#   make test    unit tests (race), lint, the image test, then every real-kernel test in the
 #                user-mode-Linux sandbox (adapter tests and end-to-end)
 #   make demo    boot the sandbox, program example Services, show ipvsadm
 #                and real traffic
+#   make image   the release image (linux/amd64 + linux/arm64) as an OCI
+#                layout in bin/image, without a container engine
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
@@ -46,6 +48,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 IMAGEBUILD = cd deploy/image && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run .
 image:
 	@mkdir -p $(BIN)/image-build
+	@# -s -w and -trimpath as deploy/Dockerfile builds it.
 	@set -e; for a in $(IMAGE_ARCHES); do \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
 	    -o $(BIN)/image-build/ipvsproxy-linux-$$a ./cmd/ipvsproxy; \
