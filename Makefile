@@ -75,7 +75,7 @@ image-test: image
 	  { echo "image-test: a second build from the same inputs gave a different image:"; \
 	    cat $(BIN)/image/index.json $(BIN)/image-again/index.json; exit 1; }
 	@rm -rf $(BIN)/image-again
-	cd deploy/image && IPVSPROXY_IMAGE=$(BIN)/image IPVSPROXY_VERSION='$(VERSION)' $(GO) test -tags image -count=1 -v -run 'Image|Binary|Commands|Missing' .
+	cd deploy/image && IPVSPROXY_IMAGE=$(BIN)/image IPVSPROXY_VERSION='$(VERSION)' $(GO) test -tags image -count=1 -v -run 'Image|Binary|Commands|Missing|DaemonSet' .
 
 # Re-resolve the image's Debian packages (newest bookworm, -updates and
 # -security versions, signatures checked with gpgv) from the mirror apt

@@ -16,7 +16,7 @@ import (
 // A .deb is an ar archive: debian-binary, control.tar.*, data.tar.*.
 // Bookworm compresses both tars with xz; gzip and none are accepted too.
 
-// debMember calls fn for each member of the ar archive in r.
+// debMembers calls fn for each member of the ar archive in r.
 func debMembers(r io.Reader, fn func(name string, body io.Reader) error) error {
 	br := bufio.NewReader(r)
 	magic := make([]byte, 8)

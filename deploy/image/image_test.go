@@ -355,3 +355,30 @@ func TestAMissingLibraryIsCaught(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSetCommandsStartInTheImage runs each container command that
+// deploy/daemonset.yaml names (node-prep: its shell, modprobe, then
+// `ipvsproxy prepare-node`) with --help: a path the manifest names and
+// the image lacks would otherwise only show on a node.
+func TestDaemonSetCommandsStartInTheImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (chroot, network namespace)")
+	}
+	manifest, err := os.ReadFile("../daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := regexp.MustCompile(`(?m)^\s+command:\s*\[([^\]]+)\]`).FindAllSubmatch(manifest, -1)
+	if len(cmds) == 0 {
+		t.Fatal("deploy/daemonset.yaml names no command")
+	}
+	_, imgs := images(t)
+	root := unpack(t, imgs["linux/amd64"])
+	for _, c := range cmds {
+		argv := strings.Fields(strings.ReplaceAll(string(c[1]), ",", " "))
+		out, err := run(root, append(argv, "--help")...)
+		if err != nil || !strings.Contains(out, "prepare-node") {
+			t.Errorf("%s --help: %v: %s", strings.Join(argv, " "), err, out)
+		}
+	}
+}
