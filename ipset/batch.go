@@ -152,3 +152,12 @@ func batchLen(set string, entries []Entry, comment string) int {
 	}
 	return len(entries)
 }
+
+// MessageRoom is the room one batched message to set has for entries,
+// and EntrySize the room an entry takes there (of a set without
+// comments): a caller gathering entries can tell when it has a message's
+// worth.
+func MessageRoom(set string) int { return maxMessage - batchHeaderLen(set) }
+
+// EntrySize: see MessageRoom.
+func EntrySize(e Entry) int { return entryLen(e, "") }
