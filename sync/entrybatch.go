@@ -43,9 +43,9 @@ const maxEntryDelay = 250 * time.Millisecond
 type pendingEntries struct {
 	sets  map[string]*pendingSet
 	keys  map[owned.SetEntry][]string // the keys that want each entry
-	byKey map[string]bool             // keys with an entry waiting
+	byKey map[string]int              // entries waiting per key
 	since time.Time                   // when the oldest entry began to wait
-	full  bool                        // a set has a message's worth: write at the sync's end
+	full  []string                    // sets with a message's worth: written at the sync's end
 }
 
 type pendingSet struct {
@@ -54,21 +54,22 @@ type pendingSet struct {
 }
 
 func newPendingEntries() *pendingEntries {
-	return &pendingEntries{sets: map[string]*pendingSet{}, keys: map[owned.SetEntry][]string{}, byKey: map[string]bool{}}
+	return &pendingEntries{sets: map[string]*pendingSet{}, keys: map[owned.SetEntry][]string{}, byKey: map[string]int{}}
 }
 
-func (p *pendingEntries) empty() bool { return len(p.keys) == 0 }
+func (p *pendingEntries) empty() bool { return len(p.sets) == 0 }
 
 // add defers e for key.
 func (p *pendingEntries) add(key string, e owned.SetEntry, now func() time.Time) {
 	if p.empty() {
 		p.since = now()
 	}
-	p.byKey[key] = true
 	keys, waiting := p.keys[e]
-	if !slices.Contains(keys, key) {
-		p.keys[e] = append(keys, key)
+	if slices.Contains(keys, key) {
+		return
 	}
+	p.keys[e] = append(keys, key)
+	p.byKey[key]++
 	if waiting {
 		return // another key's already: written once
 	}
@@ -79,12 +80,59 @@ func (p *pendingEntries) add(key string, e owned.SetEntry, now func() time.Time)
 	}
 	s.entries = append(s.entries, e.Entry)
 	s.bytes += ipset.EntrySize(e.Entry)
-	p.full = p.full || s.bytes+ipset.EntrySize(e.Entry) > ipset.MessageRoom(e.Set)
+	if s.bytes+ipset.EntrySize(e.Entry) > ipset.MessageRoom(e.Set) && !slices.Contains(p.full, e.Set) {
+		p.full = append(p.full, e.Set)
+	}
 }
 
-// due reports whether the deferred entries should be written now.
-func (p *pendingEntries) due(now func() time.Time) bool {
-	return !p.empty() && (p.full || now().Sub(p.since) >= maxEntryDelay)
+// take removes set's entries, with the keys that want each.
+func (p *pendingEntries) take(set string) ([]ipset.Entry, map[ipset.Entry][]string) {
+	s := p.sets[set]
+	delete(p.sets, set)
+	keys := make(map[ipset.Entry][]string, len(s.entries))
+	for _, e := range s.entries {
+		se := owned.SetEntry{Set: set, Entry: e}
+		keys[e] = p.keys[se]
+		delete(p.keys, se)
+		for _, k := range keys[e] {
+			if p.byKey[k]--; p.byKey[k] <= 0 {
+				delete(p.byKey, k)
+			}
+		}
+	}
+	p.full = slices.DeleteFunc(p.full, func(x string) bool { return x == set })
+	return s.entries, keys
+}
+
+// due returns the sets whose entries should be written now: those with
+// a message's worth, or all of them when the oldest entry has waited
+// maxEntryDelay or KUBE-IPVS-IPS is full (it goes last, see above).
+func (p *pendingEntries) due(now func() time.Time) []string {
+	if p.empty() {
+		return nil
+	}
+	if now().Sub(p.since) >= maxEntryDelay || slices.ContainsFunc(p.full, isIPVSIPs) {
+		return p.names()
+	}
+	return slices.Clone(p.full)
+}
+
+// names returns the sets with entries waiting, KUBE-IPVS-IPS last.
+func (p *pendingEntries) names() []string {
+	names := make([]string, 0, len(p.sets))
+	for set := range p.sets {
+		names = append(names, set)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if x, y := isIPVSIPs(a), isIPVSIPs(b); x != y {
+			if x {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	return names
 }
 
 // DeferEntries makes the syncs that follow defer the set entries they
@@ -118,52 +166,41 @@ func (r *Reconciler) FlushEntriesOf(key string) error {
 // settle writes the deferred entries when key has some, before key's
 // record is read or replaced.
 func (w *writer) settle(key string) {
-	if w.pending.byKey[key] {
+	if w.pending.byKey[key] > 0 {
 		w.flush()
 	}
 }
 
-// flush writes every deferred entry, set by set (KUBE-IPVS-IPS last),
-// and records those the kernel accepted for the keys that wanted them.
-func (w *writer) flush() {
-	p := w.pending
-	if p.empty() {
-		return
-	}
-	w.pending = newPendingEntries()
-	names := make([]string, 0, len(p.sets))
-	for set := range p.sets {
-		names = append(names, set)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if x, y := isIPVSIPs(a), isIPVSIPs(b); x != y {
-			if x {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
+// flush writes every deferred entry (flushSets).
+func (w *writer) flush() { w.flushSets(w.pending.names()) }
+
+// flushSets writes the deferred entries of sets, set by set in that
+// order, and records those the kernel accepted for the keys that wanted
+// them.
+func (w *writer) flushSets(sets []string) {
 	accepted := map[string][]owned.SetEntry{}
-	for _, set := range names {
-		entries := p.sets[set].entries
+	for _, set := range sets {
+		entries, keys := w.pending.take(set)
 		refused := w.addEntries(set, entries)
 		for _, e := range entries {
-			se := owned.SetEntry{Set: set, Entry: e}
 			if err, bad := refused[e]; bad {
-				for _, k := range p.keys[se] {
+				for _, k := range keys[e] {
 					w.failEntry(k, err)
 				}
 				continue
 			}
+			se := owned.SetEntry{Set: set, Entry: e}
 			if w.rec.entryRefs[se] == 0 {
 				w.rec.setSize[set]++
 			}
-			for _, k := range p.keys[se] {
+			for _, k := range keys[e] {
 				w.rec.entryRefs[se]++
 				accepted[k] = append(accepted[k], se)
 			}
 		}
+	}
+	if w.pending.empty() {
+		w.pending.since = time.Time{}
 	}
 	for key, entries := range accepted {
 		old := w.rec.of(key)

@@ -99,8 +99,8 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	// A service whose removal failed keeps the entries it could not drop,
 	// in the order the merge walk produced them, which is already sorted.
 	w.rec.store(key, have, got)
-	if w.deferring && w.pending.due(w.now) {
-		w.flush()
+	if w.deferring {
+		w.flushSets(w.pending.due(w.now))
 	}
 	return errors.Join(errs...)
 }
