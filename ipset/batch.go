@@ -1,6 +1,7 @@
 package ipset
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -42,9 +43,16 @@ const (
 	VerbDeleteEntries = "DeleteEntries"
 )
 
+// errInvalidElement is a hash type's IPSET_ERR_HASH_ELEM, as the ipset
+// tool words it: hash:ip refuses the unspecified address (0.0.0.0, ::).
+var errInvalidElement = errors.New("invalid element for the set type")
+
 // errnoHashFull is IPSET_ERR_TYPE_SPECIFIC, a hash set's "hash is full"
 // (the Fake's EntryError.Errno for ErrHashFull, as the kernel's).
 const errnoHashFull syscall.Errno = 4352
+
+// errnoHashElem is IPSET_ERR_HASH_ELEM (errInvalidElement).
+const errnoHashElem = errnoHashFull + 1
 
 // EntriesError is the error of AddEntries or DeleteEntries when some
 // entries were not written; the others were. errors.Is and errors.As see

@@ -236,6 +236,9 @@ func (f *Fake) apply(verb, set string, e Entry, err error) error {
 	default:
 		e, err = normalizeEntry(s.hdr, e)
 	}
+	if err == nil && t == HashIP && e.IP.IsUnspecified() {
+		err = errInvalidElement // the kernel's hash:ip holds no 0.0.0.0 or ::
+	}
 	if err != nil {
 		return opError(verb, set, t, &e, err)
 	}
@@ -317,6 +320,8 @@ func errnoOf(err error) syscall.Errno {
 	switch {
 	case errors.Is(err, ErrHashFull):
 		return errnoHashFull
+	case errors.Is(err, errInvalidElement):
+		return errnoHashElem
 	case errors.Is(err, ErrSetNotFound):
 		return 0 // Netlink learns it from the header's dump, before sending
 	case errors.As(err, &errno):

@@ -115,3 +115,22 @@ func TestFakeAddEntriesMissingSet(t *testing.T) {
 		t.Error("an empty batch failed")
 	}
 }
+
+// hash:ip holds no unspecified address: the kernel refuses 0.0.0.0 and
+// :: (IPSET_ERR_HASH_ELEM), alone or in a batch, and so does the Fake.
+func TestFakeHashIPRefusesUnspecified(t *testing.T) {
+	f := NewFake()
+	must(t, f.EnsureSet(Set{Name: "IPS", Type: HashIP}))
+	must(t, f.EnsureSet(Set{Name: "IPS6", Type: HashIP, Family: Inet6}))
+	if err := f.AddEntry("IPS", Entry{IP: ip("0.0.0.0")}); fmt.Sprint(err) != "ipset: add 0.0.0.0 to set IPS: invalid element for the set type" {
+		t.Errorf("0.0.0.0: %v", err)
+	}
+	err := f.AddEntries("IPS6", []Entry{{IP: ip("fd00::1")}, {IP: ip("::")}, {IP: ip("fd00::2")}})
+	var ee *EntriesError
+	if !errors.As(err, &ee) || len(ee.Failed) != 1 || ee.Failed[0].Index != 1 || ee.Failed[0].Errno != errnoHashElem {
+		t.Errorf("::: %v", err)
+	}
+	if got := f.Entries("IPS6"); fmt.Sprint(got) != "[fd00::1 fd00::2]" {
+		t.Errorf("IPS6 holds %v", got)
+	}
+}

@@ -28,7 +28,7 @@ import (
 
 // newNetlink starts from a kernel without sets. It fails, never skips,
 // outside the sandbox: a skipped kernel test proves nothing.
-func newNetlink(t *testing.T) *Netlink {
+func newNetlink(t testing.TB) *Netlink {
 	t.Helper()
 	// uml-init exports UML_MODROOT. Anywhere else "ipset destroy" below
 	// would wipe the machine's own sets, so refuse.
@@ -47,7 +47,7 @@ func newNetlink(t *testing.T) *Netlink {
 	return n
 }
 
-func ipsetTool(t *testing.T, args ...string) string {
+func ipsetTool(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("ipset", args...).CombinedOutput()
 	if err != nil {

@@ -192,8 +192,8 @@ func TestEntriesAllocateNothing(t *testing.T) {
 // Each element of a batch is entryData's attributes and its line number,
 // byte for byte, in the room entryLen counts; it decodes to itself.
 func TestBatchEntryWire(t *testing.T) {
-	if errnoHashFull != errHashFull {
-		t.Fatalf("errnoHashFull %d, IPSET_ERR_TYPE_SPECIFIC %d", errnoHashFull, errHashFull)
+	if errnoHashFull != errHashFull || errnoHashElem != errHashElem {
+		t.Fatalf("errnoHashFull %d, errnoHashElem %d; the kernel's %d, %d", errnoHashFull, errnoHashElem, errHashFull, errHashElem)
 	}
 	for _, comment := range []string{"", "x", "Kubernetes service cluster ip + port for masquerade purpose"} {
 		for i, e := range wireEntries {
