@@ -170,3 +170,26 @@ func TestDeferredEntriesDueAndResync(t *testing.T) {
 		t.Errorf("references held on %v", got)
 	}
 }
+
+// Through the runner: a set entry the kernel refuses when its batch is
+// written fails only its service, which is retried with backoff until
+// the entry is in; the other service of the batch is not touched again.
+func TestRunnerRetriesRefusedSetEntry(t *testing.T) {
+	h, fc := startRunnerFakeClock(t, time.Hour)
+	web := ipset.Entry{IP: netip.MustParseAddr("10.96.0.10"), Protocol: "tcp", Port: 80}
+	h.k.IPSet.FailTimes(2, ipset.VerbAddEntry, func(c ipset.Call) bool { return c.Entry == web }, errors.New("injected: ENOMEM"))
+	h.create(t, svc("default", "web", "10.96.0.10", "http:80"))
+	h.create(t, svc("default", "api", "10.96.0.11", "http:80"))
+	eventually(t, "both ClusterIP entries, the refused one retried", func() bool {
+		fc.Step(10 * time.Millisecond) // the backoff
+		got := h.k.IPSet.Entries(owned.SetClusterIP)
+		return slices.Contains(got, "10.96.0.10,tcp:80") && slices.Contains(got, "10.96.0.11,tcp:80")
+	})
+	if got := h.runner.rec.Applied("default/web").Entries; !slices.Contains(got, owned.SetEntry{Set: owned.SetClusterIP, Entry: web}) {
+		t.Errorf("web's record lacks its entry: %v", got)
+	}
+	if n := h.k.IPSet.Count(ipset.VerbAddEntry) + h.k.IPSet.Count(ipset.VerbAddEntries); n > 2+3+2 {
+		// IPVS-IPS and CLUSTER-IP for each service; web's CLUSTER-IP entry 3 times
+		t.Errorf("%d add messages", n)
+	}
+}
