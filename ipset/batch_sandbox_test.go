@@ -70,7 +70,7 @@ func TestSandboxBatchedAdds(t *testing.T) {
 		// Deleting absent entries is no error, as for DeleteEntry.
 		both(t, n, f, func(x Interface) error { return x.DeleteEntries(s.Name, entries[:10]) })
 	}
-	sameAsFake(t, n, f)
+	sameAsGrownFake(t, n, f)
 }
 
 // One bad element in the middle of a batch: the kernel stops at it and
@@ -120,7 +120,7 @@ func TestSandboxBatchOneBadElement(t *testing.T) {
 	if strings.Count(save, "\nadd BATCHED ") != batchCount-2 {
 		t.Errorf("BATCHED holds %d entries, want %d", strings.Count(save, "\nadd BATCHED "), batchCount-2)
 	}
-	sameAsFake(t, n, f)
+	sameAsGrownFake(t, n, f)
 }
 
 // The kernel's own behaviour, which the adapter relies on: in a batch it
