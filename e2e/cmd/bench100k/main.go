@@ -103,6 +103,7 @@ func prepareNode(nodeIP netip.Addr) error {
 		{"link", "add", "bench0", "type", "dummy"},
 		{"link", "set", "bench0", "up"},
 		{"route", "add", "10.128.0.0/12", "dev", "bench0"},
+		{"route", "add", criticalNet, "dev", "bench0"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
@@ -147,7 +148,7 @@ func run(ctx context.Context, c *config) error {
 	if err != nil {
 		return err
 	}
-	r.NodePorts, r.WantVS, r.WantReals = w.nodePorts, w.n+w.nodePorts, (w.n+w.nodePorts)*endpointsPer
+	r.NodePorts, r.WantVS, r.WantReals = w.nodePorts, w.wantVS(), w.wantReals()
 	cs := fake.NewSimpleClientset()
 	start := time.Now()
 	if err := w.fill(ctx, cs, func(n int) { logf("fake clientset: %d services and slices created", n) }); err != nil {

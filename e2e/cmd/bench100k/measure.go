@@ -119,12 +119,12 @@ func verifySetsAndAddrs(c *config, w *workload, r *report, when string) string {
 		}
 	}
 	logf("%s: ipset list -t: %d sets, entry counts as expected: %v %v; kube-ipvs0: %d addresses (want %d)",
-		when, len(sets), ok, bad, addrs, w.n)
+		when, len(sets), ok, bad, addrs, w.wantAddrs())
 	switch {
 	case !ok:
 		return fmt.Sprintf("%s: sets wrong: %v, missing %v", when, bad, missing)
-	case aerr != nil || addrs != w.n:
-		return fmt.Sprintf("%s: kube-ipvs0 holds %d addresses, want %d (%v)", when, addrs, w.n, aerr)
+	case aerr != nil || addrs != w.wantAddrs():
+		return fmt.Sprintf("%s: kube-ipvs0 holds %d addresses, want %d (%v)", when, addrs, w.wantAddrs(), aerr)
 	}
 	return ""
 }
