@@ -22,6 +22,9 @@ type programmed struct {
 	// not complete (-1: none): the kernel became complete within
 	// (previous, seconds].
 	PrevReadSeconds float64 `json:"previousReadSeconds"`
+	// PrevReadBeganSeconds: start → the beginning of that read (-1:
+	// none); /readyz answering 200 before it is answering too early.
+	PrevReadBeganSeconds float64 `json:"previousReadBeganSeconds"`
 	// SetsSeconds: start → `ipset list -t` first showed every expected
 	// entry count (polled every 2 s).
 	SetsSeconds float64 `json:"setsSeconds"`
@@ -48,9 +51,9 @@ func (w *workload) setsReached(sets []setInfo) bool {
 // IPVS too (checkIPVS), at most every 4× its last read's cost, so the
 // poller takes at most ~20 % of the guest's one CPU.
 func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time) (programmed, error) {
-	p := programmed{PrevReadSeconds: -1}
+	p := programmed{PrevReadSeconds: -1, PrevReadBeganSeconds: -1}
 	var last ipvsCheck
-	var lastEnd time.Time
+	var lastBegan, lastEnd time.Time
 	lastLog := time.Now()
 	profiled := 0 // quarters of KUBE-CLUSTER-IP profiled so far
 	for {
@@ -71,6 +74,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 			logf("sets complete after %.1fs; reading IPVS", p.SetsSeconds)
 		}
 		if reached && time.Since(lastEnd) >= 4*last.Took {
+			began := time.Now()
 			chk, err := checkIPVS(w)
 			if err != nil {
 				return p, err
@@ -79,12 +83,13 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 			end := time.Now()
 			if !lastEnd.IsZero() {
 				p.PrevReadSeconds = lastEnd.Sub(begin).Seconds()
+				p.PrevReadBeganSeconds = lastBegan.Sub(begin).Seconds()
 			}
 			if chk.done() {
 				p.Seconds, p.ReadSeconds, p.IPVS = end.Sub(begin).Seconds(), chk.Took.Seconds(), chk
 				return p, nil
 			}
-			last, lastEnd = chk, end
+			last, lastBegan, lastEnd = chk, began, end
 		}
 		if time.Since(lastLog) >= 30*time.Second {
 			u, _ := proxy.Usage()
