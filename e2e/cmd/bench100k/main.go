@@ -16,6 +16,13 @@
 // and every set its entries (`ipset list -t`); its peak RSS (VmHWM); the
 // duration of its periodic full passes (its metrics); then traffic through
 // 50 random ClusterIPs whose endpoints are real pods (pods.go).
+//
+// Issue 20's start-up (startup.go): the cluster also holds
+// default/kubernetes and cluster DNS, delivered after everything else
+// (critical.go); from the launch, each of their virtual servers is polled
+// over netlink until it holds all its real servers, and /readyz until it
+// answers 200; both are set against when the informers had delivered
+// everything (the proxy's log) and the kernel was complete.
 package main
 
 import (
