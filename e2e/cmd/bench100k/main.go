@@ -228,7 +228,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	}
 	// The first full pass is done: /readyz has answered by now, or
 	// within a poll; a 200 before the kernel was complete is a failure.
-	if v, early := readyVerdict(start.readyz(), prog); early {
+	if v, early := readyVerdict(start.readyAt(), prog); early {
 		failures = append(failures, "/readyz: "+v)
 	}
 	r.Traffic = askVIPs(w, c.requests)

@@ -94,7 +94,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 		if time.Since(lastLog) >= 30*time.Second {
 			u, _ := proxy.Usage()
 			logf("%4.0fs: KUBE-CLUSTER-IP %d/%d, KUBE-IPVS-IPS %d, KUBE-NODE-PORT-TCP %d/%d, KUBE-LOOP-BACK %d; last IPVS read: %v; proxy RSS %d MB, CPU %.0fs",
-				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.n, setEntries(sets, "KUBE-IPVS-IPS"),
+				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.expectedEntries()["KUBE-CLUSTER-IP"], setEntries(sets, "KUBE-IPVS-IPS"),
 				setEntries(sets, "KUBE-NODE-PORT-TCP"), w.nodePorts, setEntries(sets, "KUBE-LOOP-BACK"), last, u.RSSKB/1024, u.CPUSeconds)
 			lastLog = time.Now()
 		}

@@ -82,6 +82,7 @@ type proxyLog struct {
 // proxy's launch, each until it has seen what it waits for.
 type startupWatch struct {
 	begin  time.Time
+	readyz string // readyzURL; a test's server in tests
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -90,7 +91,7 @@ type startupWatch struct {
 
 func watchStartup(begin time.Time) *startupWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	sw := &startupWatch{begin: begin, cancel: cancel,
+	sw := &startupWatch{begin: begin, readyz: readyzURL, cancel: cancel,
 		s: startup{CriticalKernelSeconds: -1, ReadyzSeconds: -1, InformersSyncedSeconds: -1, ListsSentSeconds: -1, MetricSeconds: -1}}
 	for _, v := range criticalVirtualServers() {
 		sw.s.CriticalVS = append(sw.s.CriticalVS, critSeen{VS: v.String(), Service: v.service, Seconds: -1})
@@ -180,8 +181,11 @@ func (sw *startupWatch) pollReadyz(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		status := ""
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, readyzURL, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sw.readyz, nil)
 		resp, err := client.Do(req)
+		if ctx.Err() != nil {
+			return // stopped: keep the proxy's last answer, not ours
+		}
 		if err != nil {
 			status = err.Error()
 		} else {
@@ -206,8 +210,8 @@ func (sw *startupWatch) pollReadyz(ctx context.Context) {
 	}
 }
 
-// readyz is when /readyz first answered 200, -1 not yet.
-func (sw *startupWatch) readyz() float64 {
+// readyAt is when /readyz first answered 200, -1 not yet.
+func (sw *startupWatch) readyAt() float64 {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	return sw.s.ReadyzSeconds

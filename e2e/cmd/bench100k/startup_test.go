@@ -3,8 +3,12 @@
 package main
 
 import (
+	"context"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -140,5 +144,41 @@ func TestStartupSummary(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("a proxy without the features: summary lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestPollReadyz: the poll notes the first 200 and stops there; a proxy
+// that never says ready leaves its own last answer, not the poll's end.
+func TestPollReadyz(t *testing.T) {
+	var asked atomic.Int32
+	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if asked.Add(1) < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer ready.Close()
+	never := httptest.NewServer(http.NotFoundHandler())
+	defer never.Close()
+	poll := func(url string, wait time.Duration) (startup, *startupWatch) {
+		ctx, cancel := context.WithCancel(context.Background())
+		sw := &startupWatch{begin: time.Now(), readyz: url, cancel: cancel, s: startup{ReadyzSeconds: -1}}
+		done := make(chan struct{})
+		go func() { sw.pollReadyz(ctx); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(wait):
+		}
+		cancel()
+		<-done
+		return sw.s, sw
+	}
+	s, sw := poll(ready.URL, 10*time.Second)
+	// Two 503s, then a 200 at the third poll, one interval apart.
+	if s.ReadyzSeconds < 2*readyzPollEvery.Seconds() || s.ReadyzLastStatus != "200 OK" || asked.Load() != 3 || sw.readyAt() != s.ReadyzSeconds {
+		t.Errorf("ready at %.2fs (%q) after %d polls", s.ReadyzSeconds, s.ReadyzLastStatus, asked.Load())
+	}
+	s, _ = poll(never.URL, 2*readyzPollEvery)
+	if s.ReadyzSeconds != -1 || s.ReadyzLastStatus != "404 Not Found" {
+		t.Errorf("a proxy without /readyz: ready at %v, last answer %q", s.ReadyzSeconds, s.ReadyzLastStatus)
 	}
 }
