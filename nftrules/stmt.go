@@ -274,7 +274,7 @@ func (ctStateNew) exprs() []expr.Any {
 type markUnset struct{ bit uint32 }
 
 func (m markUnset) text() string {
-	return fmt.Sprintf("meta mark & %#08x == 0x00000000", m.bit)
+	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.bit)
 }
 
 func (m markUnset) exprs() []expr.Any {
@@ -299,7 +299,7 @@ func (m markSet) text() string {
 	if m.xor {
 		op = "^"
 	}
-	return fmt.Sprintf("meta mark set meta mark %s %#08x", op, m.bit)
+	return fmt.Sprintf("meta mark set meta mark %s 0x%08x", op, m.bit)
 }
 
 func (m markSet) exprs() []expr.Any {
