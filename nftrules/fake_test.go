@@ -3,9 +3,11 @@ package nftrules
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -221,5 +223,38 @@ func TestElementsGoInBoundedBatches(t *testing.T) {
 	}
 	if n := strings.Count(be.list(), " . tcp . 80"); n != len(entries) {
 		t.Errorf("%d elements listed, want %d", n, len(entries))
+	}
+}
+
+// What AddElements wrote, ListElements reads back per ipset: the node
+// port ipsets sharing one nft set each see only their own protocol's.
+func TestListElementsRoundTrip(t *testing.T) {
+	f := newTestFake(t, DefaultConfig(true, true))
+	for _, v6 := range []bool{false, true} {
+		for set, entries := range sampleEntries(v6) {
+			if err := f.AddElements(set, entries...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, v6 := range []bool{false, true} {
+		for set, want := range sampleEntries(v6) {
+			got, err := f.ListElements(set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			less := func(a, b ipset.Entry) int {
+				return owned.CompareSetEntries(owned.SetEntry{Entry: a}, owned.SetEntry{Entry: b})
+			}
+			slices.SortFunc(got, less)
+			slices.SortFunc(want, less)
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("%s (-added +listed):\n%s", set, diff)
+			}
+		}
+	}
+	if _, err := f.ListElements("KUBE-NO-SUCH-SET"); err == nil {
+		t.Error("listing an unknown ipset succeeded")
 	}
 }

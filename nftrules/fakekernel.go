@@ -268,6 +268,24 @@ func (t *kTable) delElems(set string, elems []element) error {
 	return nil
 }
 
+// elements lists a set's elements (keys only, like a netlink dump).
+func (k *fakeKernel) elements(set *setSpec) ([]element, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.table == nil {
+		return nil, errnof(unix.ENOENT, "no table %s", TableName)
+	}
+	s := k.table.set(set.name)
+	if s == nil {
+		return nil, errnof(unix.ENOENT, "no set %s", set.name)
+	}
+	out := make([]element, 0, len(s.elems))
+	for _, e := range s.elems {
+		out = append(out, element{key: e.key, keyEnd: e.keyEnd})
+	}
+	return out, nil
+}
+
 // list renders the table as `nft list table inet ipvsproxy` prints it,
 // "" when there is none.
 func (k *fakeKernel) list() string {

@@ -52,6 +52,24 @@ func (b *netlinkBackend) commit(ops []op) error {
 	return conn.Flush()
 }
 
+// elements dumps a set's elements.
+func (b *netlinkBackend) elements(set *setSpec) ([]element, error) {
+	conn, err := nftables.New(b.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	got, err := conn.GetSetElements(nftSet(table, set))
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list set %s: %w", set.name, err)
+	}
+	out := make([]element, len(got))
+	for i, e := range got {
+		out[i] = element{key: e.Key, keyEnd: e.KeyEnd}
+	}
+	return out, nil
+}
+
 func queue(conn *nftables.Conn, table *nftables.Table, o op) error {
 	switch o := o.(type) {
 	case opAddTable:

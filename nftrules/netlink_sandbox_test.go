@@ -68,6 +68,17 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 			if diff := cmp.Diff(fake.String(), list()); diff != "" {
 				t.Errorf("nft list table (-fake +kernel):\n%s", diff)
 			}
+			for _, v6 := range cfg.families() {
+				for set, want := range sampleEntries(v6) {
+					got, err := real.ListElements(set)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != len(want) {
+						t.Errorf("%s: kernel lists %v, want %v", set, got, want)
+					}
+				}
+			}
 			// Deleting (one absent entry in the batch) and re-ensuring
 			// keep the two equal; deleting the table leaves nothing.
 			v6 := !cfg.IPv4

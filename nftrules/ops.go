@@ -41,9 +41,11 @@ func (opAddRule) opName() string    { return "add rule" }
 func (opAddElems) opName() string   { return "add element" }
 func (opDelElems) opName() string   { return "delete element" }
 
-// backend commits transactions: the kernel over netlink, or the fake.
+// backend commits transactions and reads a set's elements: the kernel
+// over netlink, or the fake.
 type backend interface {
 	commit(ops []op) error
+	elements(set *setSpec) ([]element, error)
 }
 
 // structureOps is the transaction that makes the table t: the table,

@@ -291,3 +291,71 @@ func protoBytes(proto, fixed string) ([]byte, string, error) {
 	}
 	return []byte{n, 0, 0, 0}, proto, nil
 }
+
+// protoNames are protoNumbers the other way round.
+var protoNames = map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}
+
+// decode turns an element of t's set back into the entry of t's ipset.
+// ok is false for an element that belongs to another ipset sharing the
+// set (a UDP node port when t is KUBE-NODE-PORT-TCP) or that ipvsproxy
+// could not have written.
+func (t target) decode(el element) (e ipset.Entry, ok bool) {
+	key := el.key
+	if len(key) != t.set.keyLen() || t.set.interval() != (el.keyEnd != nil) {
+		return ipset.Entry{}, false
+	}
+	for _, f := range t.set.key {
+		n := f.size(t.set.v6, t.set.concat())
+		b := key[:n]
+		key = key[n:]
+		switch f {
+		case fieldIP, fieldIP2, fieldNet:
+			a, _ := netip.AddrFromSlice(b)
+			switch f {
+			case fieldIP:
+				e.IP = a
+			case fieldIP2:
+				e.IP2 = a
+			default:
+				if len(el.keyEnd) != len(el.key) {
+					return ipset.Entry{}, false
+				}
+				e.Net = rangePrefix(a, el.keyEnd[len(el.keyEnd)-n:])
+				if !e.Net.IsValid() {
+					return ipset.Entry{}, false
+				}
+			}
+		case fieldProto:
+			name, known := protoNames[b[0]]
+			if !known || t.proto != "" && name != t.proto {
+				return ipset.Entry{}, false
+			}
+			if t.proto == "" {
+				e.Protocol = name
+			}
+		case fieldPort:
+			e.Port = uint16(b[0])<<8 | uint16(b[1])
+		}
+	}
+	return e, true
+}
+
+// rangePrefix is the prefix covering exactly first..last, or the zero
+// Prefix when the range is not one.
+func rangePrefix(first netip.Addr, lastBytes []byte) netip.Prefix {
+	last, ok := netip.AddrFromSlice(lastBytes)
+	if !ok || first.BitLen() != last.BitLen() {
+		return netip.Prefix{}
+	}
+	for bits := first.BitLen(); bits >= 0; bits-- {
+		p := netip.PrefixFrom(first, bits)
+		if p.Masked().Addr() != first {
+			break
+		}
+		_, end, _, _ := netBytes(p, first.Is6())
+		if bytes.Equal(end, lastBytes) {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}

@@ -25,6 +25,10 @@ type Interface interface {
 	AddElements(ipsetName string, entries ...ipset.Entry) error
 	// DeleteElements deletes entries; an absent entry is not an error.
 	DeleteElements(ipsetName string, entries ...ipset.Entry) error
+	// ListElements lists the entries of the named ipset that its nft set
+	// holds (for the TCP and UDP node-port ipsets, only their protocol's),
+	// as the engine's full pass reads the ipsets.
+	ListElements(ipsetName string) ([]ipset.Entry, error)
 	// DeleteTable removes the table with everything in it (the table is
 	// owned whole); an absent table is not an error.
 	DeleteTable() error
@@ -118,6 +122,24 @@ func (w *writer) deleteChunk(set *setSpec, elems []element) error {
 		}
 	}
 	return nil
+}
+
+func (w *writer) ListElements(ipsetName string) ([]ipset.Entry, error) {
+	t, ok := w.targets[ipsetName]
+	if !ok {
+		return nil, fmt.Errorf("nftrules: no nft set stands in for ipset %q", ipsetName)
+	}
+	elems, err := w.be.elements(t.set)
+	if err != nil {
+		return nil, fmt.Errorf("nftrules: list set %s: %w", t.set.name, err)
+	}
+	out := make([]ipset.Entry, 0, len(elems))
+	for _, el := range elems {
+		if e, ok := t.decode(el); ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 func (w *writer) DeleteTable() error {
