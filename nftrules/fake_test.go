@@ -243,18 +243,25 @@ func TestListElementsRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			less := func(a, b ipset.Entry) int {
-				return owned.CompareSetEntries(owned.SetEntry{Entry: a}, owned.SetEntry{Entry: b})
-			}
-			slices.SortFunc(got, less)
-			slices.SortFunc(want, less)
-			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
-				cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
-				t.Errorf("%s (-added +listed):\n%s", set, diff)
-			}
+			checkSameEntries(t, set, want, got)
 		}
 	}
 	if _, err := f.ListElements("KUBE-NO-SUCH-SET"); err == nil {
 		t.Error("listing an unknown ipset succeeded")
+	}
+}
+
+// checkSameEntries compares two lists of entries in any order.
+func checkSameEntries(t *testing.T, set string, want, got []ipset.Entry) {
+	t.Helper()
+	less := func(a, b ipset.Entry) int {
+		return owned.CompareSetEntries(owned.SetEntry{Entry: a}, owned.SetEntry{Entry: b})
+	}
+	want, got = slices.Clone(want), slices.Clone(got)
+	slices.SortFunc(got, less)
+	slices.SortFunc(want, less)
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+		cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("%s (-want +listed):\n%s", set, diff)
 	}
 }

@@ -74,9 +74,7 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if len(got) != len(want) {
-						t.Errorf("%s: kernel lists %v, want %v", set, got, want)
-					}
+					checkSameEntries(t, set, want, got)
 				}
 			}
 			// Deleting (one absent entry in the batch) and re-ensuring
