@@ -12,55 +12,95 @@ import (
 // netlink batch (google/nftables, one Flush), no process spawned.
 type Netlink struct {
 	*writer
+	nl *netlinkBackend
 }
 
 var _ Interface = (*Netlink)(nil)
 
-// New returns the kernel backend for cfg. opts are passed to every
-// nftables.New (tests give nftables.WithTestDial; a network namespace is
-// nftables.WithNetNSFd).
+// New returns the kernel backend for cfg; it dials on first use. opts
+// are passed to nftables.New (tests give nftables.WithTestDial; a
+// network namespace is nftables.WithNetNSFd).
 func New(cfg Config, opts ...nftables.ConnOption) (*Netlink, error) {
-	w, err := newWriter(cfg, &netlinkBackend{opts: opts})
+	nl := &netlinkBackend{opts: opts}
+	w, err := newWriter(cfg, nl)
 	if err != nil {
 		return nil, err
 	}
-	return &Netlink{w}, nil
+	return &Netlink{writer: w, nl: nl}, nil
 }
 
-// netlinkBackend turns ops into google/nftables calls.
+// Close releases the netlink socket; a later call opens a new one.
+func (n *Netlink) Close() error {
+	n.nl.close()
+	return nil
+}
+
+// netlinkBackend turns ops into google/nftables calls on one lasting
+// netlink socket, so writing an element costs a send and a receive, not
+// a socket.
 type netlinkBackend struct {
 	mu   sync.Mutex // one transaction at a time: a Conn queues messages until Flush
 	opts []nftables.ConnOption
+	conn *nftables.Conn // nil until used, and after a failure
 }
 
-// commit sends ops as one batch. A fresh Conn per batch (one netlink
-// socket, opened by Flush) means a batch abandoned half-queued can never
-// leak into the next one.
+// connection returns the lasting Conn, dialling it when there is none.
+// The caller holds b.mu.
+func (b *netlinkBackend) connection() (*nftables.Conn, error) {
+	if b.conn == nil {
+		c, err := nftables.New(append([]nftables.ConnOption{nftables.AsLasting()}, b.opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("nftables: %w", err)
+		}
+		b.conn = c
+	}
+	return b.conn, nil
+}
+
+// discard drops the Conn after a failure: with it go any messages a
+// half-queued batch left in it, and any replies a failed Flush left
+// unread on its socket, so neither can mix into the next transaction.
+func (b *netlinkBackend) discard() {
+	if b.conn != nil {
+		_ = b.conn.CloseLasting()
+		b.conn = nil
+	}
+}
+
+// commit sends ops as one batch.
 func (b *netlinkBackend) commit(ops []op) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	conn, err := nftables.New(b.opts...)
+	conn, err := b.connection()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	for _, o := range ops {
 		if err := queue(conn, table, o); err != nil {
+			b.discard()
 			return fmt.Errorf("%s: %w", o.opName(), err)
 		}
 	}
-	return conn.Flush()
+	if err := conn.Flush(); err != nil {
+		b.discard()
+		return err
+	}
+	return nil
 }
 
 // elements dumps a set's elements.
 func (b *netlinkBackend) elements(set *setSpec) ([]element, error) {
-	conn, err := nftables.New(b.opts...)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	conn, err := b.connection()
 	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+		return nil, err
 	}
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	got, err := conn.GetSetElements(nftSet(table, set))
 	if err != nil {
+		b.discard()
 		return nil, fmt.Errorf("nftables: list set %s: %w", set.name, err)
 	}
 	out := make([]element, len(got))
@@ -68,6 +108,13 @@ func (b *netlinkBackend) elements(set *setSpec) ([]element, error) {
 		out[i] = element{key: e.Key, keyEnd: e.KeyEnd}
 	}
 	return out, nil
+}
+
+// close releases the socket.
+func (b *netlinkBackend) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.discard()
 }
 
 func queue(conn *nftables.Conn, table *nftables.Table, o op) error {

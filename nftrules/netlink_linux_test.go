@@ -2,6 +2,8 @@ package nftrules
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -14,14 +16,22 @@ import (
 )
 
 // recorder stands in for the kernel's netlink socket: it keeps every
-// batch sent and acknowledges every message.
-type recorder struct{ batches [][]netlink.Message }
+// batch sent and acknowledges every message, except that the first
+// message of the batches numbered in refuse gets that errno.
+type recorder struct {
+	batches [][]netlink.Message
+	refuse  map[int]unix.Errno
+}
 
 func (r *recorder) dial(req []netlink.Message) ([]netlink.Message, error) {
+	ack := make([]byte, 4)
 	if req != nil {
 		r.batches = append(r.batches, req)
+		if errno := r.refuse[len(r.batches)-1]; errno != 0 {
+			binary.NativeEndian.PutUint32(ack, uint32(-int32(errno)))
+		}
 	}
-	return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
+	return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: append(ack, make([]byte, 16)...)}}, nil
 }
 
 // msgTypes counts a batch's nf_tables message types, and checks that it
@@ -138,5 +148,28 @@ func TestNetlinkRuleNamesSetAndChain(t *testing.T) {
 	}
 	if !found {
 		t.Error("no rule in services looks up load-balancer-v4 and jumps to load-balancer")
+	}
+}
+
+// The kernel's errno reaches the writer through google/nftables, so a
+// delete batch refused for one absent element (ENOENT) is retried element
+// by element, and a refused add is reported with its errno.
+func TestNetlinkErrnoReachesTheWriter(t *testing.T) {
+	n, r := newRecorded(t, DefaultConfig(true, false))
+	r.refuse = map[int]unix.Errno{0: unix.ENOENT, 2: unix.ENOENT}
+	entries := []ipset.Entry{ipPort("10.96.0.1", "tcp", 443), ipPort("10.96.0.2", "tcp", 443), ipPort("10.96.0.3", "tcp", 443)}
+	if err := n.DeleteElements(owned.SetClusterIP, entries...); err != nil {
+		t.Fatalf("delete with one absent element: %v", err)
+	}
+	if len(r.batches) != 1+len(entries) {
+		t.Errorf("%d batches, want the refused one and one per element", len(r.batches))
+	}
+	r.batches, r.refuse = nil, map[int]unix.Errno{0: unix.EINVAL}
+	err := n.AddElements(owned.SetClusterIP, entries[0])
+	if !errors.Is(err, unix.EINVAL) {
+		t.Errorf("refused add: %v, want EINVAL", err)
+	}
+	if err := n.AddElements(owned.SetClusterIP, entries[0]); err != nil {
+		t.Errorf("the next transaction after a refusal: %v", err)
 	}
 }
