@@ -19,7 +19,7 @@ import (
 )
 
 // sandboxNetns makes a fresh network namespace and returns the options
-// that program it and a function listing its table with the real nft.
+// that program it and a function listing its table with the kern nft.
 func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
@@ -32,6 +32,16 @@ func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
+	opts := []nftables.ConnOption{nftables.WithNetNSFd(int(f.Fd()))}
+	probe := &netlinkBackend{opts: opts}
+	err = probe.commit([]op{opAddTable{}, opDelTable{}})
+	probe.close()
+	switch {
+	case errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP):
+		t.Skipf("this kernel's nf_tables has no inet family (6.1 sandbox): %v", err)
+	case err != nil:
+		t.Fatal(err)
+	}
 	list := func() string {
 		out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", TableName).CombinedOutput()
 		if err != nil {
@@ -39,7 +49,7 @@ func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 		}
 		return string(out)
 	}
-	return []nftables.ConnOption{nftables.WithNetNSFd(int(f.Fd()))}, list
+	return opts, list
 }
 
 // The same writes on the kernel and on the fake: nft lists exactly what
@@ -48,17 +58,17 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 	for name, cfg := range goldenConfigs(t) {
 		t.Run(name, func(t *testing.T) {
 			opts, list := sandboxNetns(t)
-			real, err := New(cfg, opts...)
+			kern, err := New(cfg, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			fake := newTestFake(t, cfg)
-			if err := real.EnsureTable(); err != nil {
+			if err := kern.EnsureTable(); err != nil {
 				t.Fatal(err)
 			}
 			for _, v6 := range cfg.families() {
 				for set, entries := range sampleEntries(v6) {
-					for _, w := range []Interface{real, fake} {
+					for _, w := range []Interface{kern, fake} {
 						if err := w.AddElements(set, entries...); err != nil {
 							t.Fatalf("%s: %v", set, err)
 						}
@@ -70,7 +80,7 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 			}
 			for _, v6 := range cfg.families() {
 				for set, want := range sampleEntries(v6) {
-					got, err := real.ListElements(set)
+					got, err := kern.ListElements(set)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -86,7 +96,7 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 				absent = ipPort("fd00::99", "tcp", 1)
 			}
 			gone := append(sampleEntries(v6)[set][:2:2], absent)
-			for _, w := range []Interface{real, fake} {
+			for _, w := range []Interface{kern, fake} {
 				if err := w.DeleteElements(set, gone...); err != nil {
 					t.Fatal(err)
 				}
@@ -97,10 +107,10 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 			if diff := cmp.Diff(fake.String(), list()); diff != "" {
 				t.Errorf("after deletes (-fake +kernel):\n%s", diff)
 			}
-			if err := real.DeleteTable(); err != nil {
+			if err := kern.DeleteTable(); err != nil {
 				t.Fatal(err)
 			}
-			if err := real.DeleteTable(); err != nil {
+			if err := kern.DeleteTable(); err != nil {
 				t.Errorf("deleting an absent table: %v", err)
 			}
 		})
@@ -111,18 +121,18 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 func TestSandboxRefusalsMatchFake(t *testing.T) {
 	opts, _ := sandboxNetns(t)
 	cfg := DefaultConfig(true, true)
-	real, err := New(cfg, opts...)
+	kern, err := New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := real.EnsureTable(); err != nil {
+	if err := kern.EnsureTable(); err != nil {
 		t.Fatal(err)
 	}
 	fake := newTestFake(t, cfg)
 	cidrSet, cidr := mustElem(t, fake, owned.SetLoadBalancerSrcCIDR, ipPortNet("192.0.2.10", 443, "203.0.113.0/24"))
 	_, inner := mustElem(t, fake, owned.SetLoadBalancerSrcCIDR, ipPortNet("192.0.2.10", 443, "203.0.113.128/25"))
 	cip, vip := mustElem(t, fake, owned.SetClusterIP, ipPort("10.96.0.1", "tcp", 443))
-	for _, be := range []backend{real.be, fake.be} {
+	for _, be := range []backend{kern.be, fake.be} {
 		if err := be.commit([]op{opAddElems{set: cidrSet, elems: []element{cidr}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,13 +147,13 @@ func TestSandboxRefusalsMatchFake(t *testing.T) {
 		{"IPv4 key in an IPv6 set", []op{opAddElems{set: fake.layout.set("cluster-ip-v6"), elems: []element{vip}}}, unix.EINVAL},
 		{"delete a chain a rule jumps to", []op{opDelChain{chainServices}}, unix.EBUSY},
 	} {
-		for name, be := range map[string]backend{"kernel": real.be, "fake": fake.be} {
+		for name, be := range map[string]backend{"kernel": kern.be, "fake": fake.be} {
 			if err := be.commit(tc.ops); !errors.Is(err, tc.want) {
 				t.Errorf("%s, %s: got %v, want %v", tc.name, name, err, tc.want)
 			}
 		}
 	}
-	if err := real.DeleteTable(); err != nil {
+	if err := kern.DeleteTable(); err != nil {
 		t.Fatal(err)
 	}
 }
