@@ -19,7 +19,7 @@ import (
 )
 
 // sandboxNetns makes a fresh network namespace and returns the options
-// that program it and a function listing its table with the kern nft.
+// that program it and a function listing its table with the real nft.
 func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
