@@ -18,12 +18,15 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
+// sandboxNodeNS is the network namespace a sandbox test programs.
+const sandboxNodeNS = "nftrules-test"
+
 // sandboxNetns makes a fresh network namespace and returns the options
 // that program it and a function listing its table with the real nft.
 func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
-	const ns = "nftrules-test"
+	const ns = sandboxNodeNS
 	_ = exec.Command("ip", "netns", "del", ns).Run()
 	sandboxtest.Run(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })

@@ -68,48 +68,10 @@ func dial(t *testing.T, ns string, source netip.Addr, to string) error {
 // from outside it (source-ranges-firewall); without the table all of them
 // are reached, so every refusal was the table's.
 func TestSandboxTrafficIPVSFilterAndSourceRanges(t *testing.T) {
-	opts, _ := sandboxNetns(t) // the node: "nftrules-test"
-	const node, client = "nftrules-test", "nftrules-client"
-	_ = exec.Command("ip", "netns", "del", client).Run()
-	sandboxtest.Run(t, "ip", "netns", "add", client)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", client).Run() })
-	for _, args := range [][]string{
-		{"-n", node, "link", "set", "lo", "up"},
-		{"-n", node, "link", "add", "kube-ipvs0", "type", "dummy"},
-		{"-n", node, "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"},
-		{"-n", node, "addr", "add", "192.0.2.10/32", "dev", "kube-ipvs0"},
-		{"-n", node, "link", "add", "vn0", "type", "veth", "peer", "name", "vc0", "netns", client},
-		{"-n", node, "addr", "add", "192.168.77.1/24", "dev", "vn0"},
-		{"-n", node, "link", "set", "vn0", "up"},
-		{"-n", node, "route", "add", "192.168.78.0/24", "via", "192.168.77.2"},
-		{"-n", client, "link", "set", "lo", "up"},
-		{"-n", client, "addr", "add", "192.168.77.2/24", "dev", "vc0"},
-		{"-n", client, "addr", "add", "192.168.78.2/24", "dev", "vc0"},
-		{"-n", client, "link", "set", "vc0", "up"},
-		{"-n", client, "route", "add", "10.96.0.0/16", "via", "192.168.77.1"},
-		{"-n", client, "route", "add", "192.0.2.0/24", "via", "192.168.77.1"},
-	} {
-		sandboxtest.Run(t, "ip", args...)
-	}
-	// Host processes listening on every address of the node.
-	inNetns(t, node, func() {
-		for _, port := range []string{"80", "8080", "443"} {
-			l, err := net.Listen("tcp4", "0.0.0.0:"+port)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
-				}
-			}()
-		}
-	})
+	opts, _ := sandboxNetns(t)
+	const node, client = sandboxNodeNS, "nftrules-client"
+	trafficTopology(t, node, client)
+	listenEverywhere(t, node, "80", "8080", "443")
 
 	n, err := New(DefaultConfig(true, false), opts...)
 	if err != nil {
@@ -156,4 +118,57 @@ func TestSandboxTrafficIPVSFilterAndSourceRanges(t *testing.T) {
 			t.Errorf("%s from %v without the table: %v; want it reached", c.to, c.source, err)
 		}
 	}
+}
+
+// trafficTopology makes the client namespace, wired to the node by a
+// veth pair: the client has two source addresses (192.168.77.2 and
+// 192.168.78.2) and routes the service ranges to the node, whose
+// kube-ipvs0 holds 10.96.0.10 and 192.0.2.10.
+func trafficTopology(t *testing.T, node, client string) {
+	t.Helper()
+	_ = exec.Command("ip", "netns", "del", client).Run()
+	sandboxtest.Run(t, "ip", "netns", "add", client)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", client).Run() })
+	for _, args := range [][]string{
+		{"-n", node, "link", "set", "lo", "up"},
+		{"-n", node, "link", "add", "kube-ipvs0", "type", "dummy"},
+		{"-n", node, "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"},
+		{"-n", node, "addr", "add", "192.0.2.10/32", "dev", "kube-ipvs0"},
+		{"-n", node, "link", "add", "vn0", "type", "veth", "peer", "name", "vc0", "netns", client},
+		{"-n", node, "addr", "add", "192.168.77.1/24", "dev", "vn0"},
+		{"-n", node, "link", "set", "vn0", "up"},
+		{"-n", node, "route", "add", "192.168.78.0/24", "via", "192.168.77.2"},
+		{"-n", client, "link", "set", "lo", "up"},
+		{"-n", client, "addr", "add", "192.168.77.2/24", "dev", "vc0"},
+		{"-n", client, "addr", "add", "192.168.78.2/24", "dev", "vc0"},
+		{"-n", client, "link", "set", "vc0", "up"},
+		{"-n", client, "route", "add", "10.96.0.0/16", "via", "192.168.77.1"},
+		{"-n", client, "route", "add", "192.0.2.0/24", "via", "192.168.77.1"},
+	} {
+		sandboxtest.Run(t, "ip", args...)
+	}
+}
+
+// listenEverywhere starts host processes listening on every address of
+// namespace ns, one per port, closed when the test ends.
+func listenEverywhere(t *testing.T, ns string, ports ...string) {
+	t.Helper()
+	inNetns(t, ns, func() {
+		for _, port := range ports {
+			l, err := net.Listen("tcp4", "0.0.0.0:"+port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					_ = c.Close()
+				}
+			}()
+		}
+	})
 }
