@@ -286,6 +286,19 @@ func (k *fakeKernel) elements(set *setSpec) ([]element, error) {
 	return out, nil
 }
 
+// sets lists the table's set names.
+func (k *fakeKernel) sets() (map[string]bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]bool{}
+	if k.table != nil {
+		for _, s := range k.table.sets {
+			out[s.spec.name] = true
+		}
+	}
+	return out, nil
+}
+
 // list renders the table as `nft list table inet ipvsproxy` prints it,
 // "" when there is none.
 func (k *fakeKernel) list() string {

@@ -3,6 +3,7 @@ package nftrules
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -109,6 +110,39 @@ func (b *netlinkBackend) elements(set *setSpec) ([]element, error) {
 	}
 	return out, nil
 }
+
+// sets lists the table's set names; none when there is no table.
+func (b *netlinkBackend) sets() (map[string]bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	conn, err := b.connection()
+	if err != nil {
+		return nil, err
+	}
+	// google/nftables drops the errno of a set dump of a missing table,
+	// so look for the table first.
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		b.discard()
+		return nil, fmt.Errorf("nftables: list tables: %w", err)
+	}
+	out := map[string]bool{}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName }) {
+		return out, nil
+	}
+	got, err := conn.GetSets(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
+	if err != nil {
+		b.discard()
+		return nil, fmt.Errorf("nftables: list sets: %w", err)
+	}
+	for _, s := range got {
+		out[s.Name] = true
+	}
+	return out, nil
+}
+
+// IPSets returns the ipset view of the kernel's table.
+func (n *Netlink) IPSets() *IPSets { return &IPSets{n.writer} }
 
 // close releases the socket.
 func (b *netlinkBackend) close() {

@@ -46,6 +46,7 @@ func (opDelElems) opName() string   { return "delete element" }
 type backend interface {
 	commit(ops []op) error
 	elements(set *setSpec) ([]element, error)
+	sets() (map[string]bool, error) // the table's set names; none without a table
 }
 
 // structureOps is the transaction that makes the table t: the table,

@@ -1,0 +1,98 @@
+package nftrules
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/owned"
+)
+
+// IPSets shows the table's sets to the engine as ipset.Interface, under
+// kube-proxy's ipset names, so owned.Kernel.IPSet can be the nftables
+// table and the engine (writes, the full pass's reads and prunes) keeps
+// its shape. The table's structure is EnsureTable's: EnsureSet only
+// checks that the table has a set standing in for the ipset. nft sets
+// have no maxelem, so they never grow: leave the reconciler's SetSpecs
+// unset, and SwapSets is refused.
+type IPSets struct {
+	w *writer
+}
+
+var _ ipset.Interface = (*IPSets)(nil)
+
+// ErrNotIPSet is returned for the ipset operations an nft set has no use
+// for (DestroySet, SwapSets): the sets go with the table (DeleteTable).
+var ErrNotIPSet = errors.New("nftrules: not an ipset operation; the table's sets are written and removed whole")
+
+// IPSets returns the ipset view of the fake's table.
+func (f *Fake) IPSets() *IPSets { return &IPSets{f.writer} }
+
+// known returns the owned set definition named name, for the families
+// the table serves.
+func (s *IPSets) known(name string) (ipset.Set, bool) {
+	for _, set := range owned.Sets(true, true) {
+		if _, ok := s.w.targets[set.Name]; ok && set.Name == name {
+			return set, true
+		}
+	}
+	return ipset.Set{}, false
+}
+
+// EnsureSet accepts the owned sets of the table's families (the table
+// holds them once EnsureTable ran) and refuses any other.
+func (s *IPSets) EnsureSet(set ipset.Set) error {
+	want, ok := s.known(set.Name)
+	if !ok {
+		return fmt.Errorf("nftrules: no nft set stands in for ipset %q", set.Name)
+	}
+	if set.Type != want.Type {
+		return fmt.Errorf("nftrules: ipset %s is %s here, not %s", set.Name, want.Type, set.Type)
+	}
+	return nil
+}
+
+// ListSets lists the owned sets whose nft set the table holds.
+func (s *IPSets) ListSets() ([]ipset.Set, error) {
+	present, err := s.w.be.sets()
+	if err != nil {
+		return nil, fmt.Errorf("nftrules: list sets: %w", err)
+	}
+	var out []ipset.Set
+	for _, set := range owned.Sets(true, true) {
+		if t, ok := s.w.targets[set.Name]; ok && present[t.set.name] {
+			out = append(out, set)
+		}
+	}
+	return out, nil
+}
+
+// ListEntries implements ipset.Interface.
+func (s *IPSets) ListEntries(set string) ([]ipset.Entry, error) { return s.w.ListElements(set) }
+
+// WalkEntries reads the whole set, then hands each entry to fn; reset is
+// never needed (one dump, read to its end before fn runs).
+func (s *IPSets) WalkEntries(set string, _ func(), fn func(ipset.Entry) error) error {
+	entries, err := s.w.ListElements(set)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddEntry implements ipset.Interface.
+func (s *IPSets) AddEntry(set string, e ipset.Entry) error { return s.w.AddElements(set, e) }
+
+// DeleteEntry implements ipset.Interface.
+func (s *IPSets) DeleteEntry(set string, e ipset.Entry) error { return s.w.DeleteElements(set, e) }
+
+// DestroySet is refused: see ErrNotIPSet.
+func (s *IPSets) DestroySet(string) error { return ErrNotIPSet }
+
+// SwapSets is refused: see ErrNotIPSet.
+func (s *IPSets) SwapSets(string, string) error { return ErrNotIPSet }

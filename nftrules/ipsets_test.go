@@ -1,0 +1,107 @@
+package nftrules
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/owned"
+	"github.com/ipvsproxy/ipvsproxy/sync"
+)
+
+func TestIPSetsViewSetsAndRefusals(t *testing.T) {
+	f, err := NewFake(DefaultConfig(true, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := f.IPSets()
+	if sets, err := v.ListSets(); err != nil || len(sets) != 0 {
+		t.Errorf("before EnsureTable: %v, %v; want no sets", sets, err)
+	}
+	if err := f.EnsureTable(); err != nil {
+		t.Fatal(err)
+	}
+	sets, err := v.ListSets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := setNames(sets), owned.SetNames(true, false); !slices.Equal(got, want) {
+		t.Errorf("ListSets: %v, want %v", got, want)
+	}
+	for _, s := range owned.Sets(true, false) {
+		if err := v.EnsureSet(s); err != nil {
+			t.Errorf("EnsureSet(%s): %v", s.Name, err)
+		}
+	}
+	for _, s := range []ipset.Set{
+		{Name: owned.SetName(owned.SetClusterIP, true), Type: ipset.HashIPPort}, // IPv6 not served
+		{Name: owned.SetClusterIP, Type: ipset.HashIP},                          // wrong type
+		{Name: "KUBE-NO-SUCH-SET", Type: ipset.HashIP},
+	} {
+		if err := v.EnsureSet(s); err == nil {
+			t.Errorf("EnsureSet(%+v) succeeded", s)
+		}
+	}
+	if err := v.DestroySet(owned.SetClusterIP); !errors.Is(err, ErrNotIPSet) {
+		t.Errorf("DestroySet: %v", err)
+	}
+	if err := v.SwapSets(owned.SetClusterIP, "X"); !errors.Is(err, ErrNotIPSet) {
+		t.Errorf("SwapSets: %v", err)
+	}
+}
+
+func setNames(sets []ipset.Set) []string {
+	var out []string
+	for _, s := range sets {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// The engine writes through the view unchanged: a set entry two services
+// share stays until the last one lets go, and the full pass prunes an
+// element of an owned set that no service wants.
+func TestEngineWritesThroughTheView(t *testing.T) {
+	f := newTestFake(t, DefaultConfig(true, false))
+	dummy := dummyif.NewFake("")
+	if err := dummy.EnsureLink(); err != nil {
+		t.Fatal(err)
+	}
+	rec := sync.NewReconciler(owned.Kernel{IPVS: ipvs.NewFake(), Dummy: dummy, IPSet: f.IPSets()}, owned.SetNames(true, false), nil)
+	shared := owned.SetEntry{Set: owned.SetIPVSIPs, Entry: ipset.Entry{IP: netip.MustParseAddr("10.96.0.10")}}
+	state := func(port uint16) *sync.ServiceState {
+		return &sync.ServiceState{Entries: []owned.SetEntry{
+			{Set: owned.SetClusterIP, Entry: ipPort("10.96.0.10", "tcp", port)}, shared}}
+	}
+	for key, port := range map[string]uint16{"ns/a": 80, "ns/b": 443} {
+		if err := rec.Sync(key, state(port)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(f.String(), "elements = { 10.96.0.10 . tcp . 80,\n\t\t\t     10.96.0.10 . tcp . 443 }") ||
+		!strings.Contains(f.String(), "elements = { 10.96.0.10 }") {
+		t.Fatalf("after two services:\n%s", f)
+	}
+	if err := rec.Sync("ns/a", &sync.ServiceState{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.String(), "elements = { 10.96.0.10 }") || strings.Contains(f.String(), "tcp . 80") {
+		t.Errorf("after removing one: the shared address must stay, port 80 go:\n%s", f)
+	}
+	// A stale element (left by a previous run) is pruned by the full pass.
+	if err := f.AddElements(owned.SetLoadBalancer, ipPort("192.0.2.1", "tcp", 443)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enginetest.FullSync(rec, map[string]*sync.ServiceState{"ns/b": state(443)}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(f.String(), "192.0.2.1") || !strings.Contains(f.String(), "10.96.0.10 . tcp . 443") {
+		t.Errorf("after the full pass: the stale element must go, ns/b's stay:\n%s", f)
+	}
+}
