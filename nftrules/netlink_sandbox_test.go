@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -110,11 +111,18 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 			if diff := cmp.Diff(fake.String(), list()); diff != "" {
 				t.Errorf("after deletes (-fake +kernel):\n%s", diff)
 			}
+			sets, err := kern.IPSets().ListSets()
+			if got, want := setNames(sets), owned.SetNames(cfg.IPv4, cfg.IPv6); err != nil || !slices.Equal(got, want) {
+				t.Errorf("ListSets: %v, %v; want %v", got, err, want)
+			}
 			if err := kern.DeleteTable(); err != nil {
 				t.Fatal(err)
 			}
 			if err := kern.DeleteTable(); err != nil {
 				t.Errorf("deleting an absent table: %v", err)
+			}
+			if sets, err := kern.IPSets().ListSets(); err != nil || len(sets) != 0 {
+				t.Errorf("ListSets without the table: %v, %v; want none", sets, err)
 			}
 		})
 	}
