@@ -13,6 +13,8 @@
 //     messages cannot drift apart;
 //   - writer.go: Interface, shared by both backends: the structure in
 //     one transaction, elements in transactions of at most MaxBatch;
+//   - ipsets.go: IPSets, the table's sets as ipset.Interface for the
+//     engine's owned.Kernel;
 //   - netlink_linux.go: transactions to the kernel; fakekernel.go:
 //     transactions to an in-memory nf_tables that refuses what the
 //     kernel refuses, with its errno; fake.go: Fake, whose String is
