@@ -142,7 +142,10 @@ func (t *kTable) addSet(s *setSpec) error {
 
 func (t *kTable) addChain(c chainSpec) error {
 	if have := t.chain(c.name); have != nil {
-		if have.hook != c.hook {
+		// Adding a chain that exists updates it: a hook is refused on a
+		// regular chain, another hook or priority on a base chain
+		// (nf_tables_updchain); without a hook nothing changes.
+		if c.hook != nil && have.hook != c.hook {
 			return errnof(unix.EEXIST, "chain %s exists with another hook", c.name)
 		}
 		return nil
