@@ -69,6 +69,8 @@ func TestFakeKernelRefusals(t *testing.T) {
 		{"delete a chain a rule jumps to", []op{opDelChain{chainServices}}, unix.EBUSY},
 		{"rule naming a missing set", []op{opAddRule{chainServices, rule{lookup{sel: []selector{selDaddr, selL4Proto, selDport}, set: missing}, accept}}}, unix.ENOENT},
 		{"jump to a base chain", []op{opAddRule{chainServices, rule{jumpTo(chainNATOutput)}}}, unix.EOPNOTSUPP},
+		{"a hook on a regular chain", []op{opAddChain{chainSpec{name: chainServices, hook: hookFilterInput}}}, unix.EEXIST},
+		{"another hook on a base chain", []op{opAddChain{chainSpec{name: chainNATOutput, hook: hookMangleOutput}}}, unix.EEXIST},
 		{"set re-added with another type", []op{opAddSet{&setSpec{name: "cluster-ip-v4", key: keyIP}}}, unix.EEXIST},
 	} {
 		err := f.kernel.commit(tc.ops)
