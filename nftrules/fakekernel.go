@@ -27,6 +27,10 @@ type kTable struct {
 type kSet struct {
 	spec  *setSpec
 	elems map[string]element // by key + key end
+	// added is the insertion order of elems' ids. A concatenation of
+	// ranges (the pipapo set type) dumps its elements in that order and
+	// nft lists them as dumped; nft sorts every other set itself.
+	added []string
 }
 
 type kChain struct {
@@ -38,7 +42,7 @@ type kChain struct {
 func (t *kTable) clone() *kTable {
 	c := &kTable{}
 	for _, s := range t.sets {
-		c.sets = append(c.sets, &kSet{spec: s.spec, elems: maps.Clone(s.elems)})
+		c.sets = append(c.sets, &kSet{spec: s.spec, elems: maps.Clone(s.elems), added: slices.Clone(s.added)})
 	}
 	for _, ch := range t.chains {
 		c.chains = append(c.chains, &kChain{name: ch.name, hook: ch.hook, rules: slices.Clone(ch.rules)})
@@ -243,6 +247,7 @@ func (t *kTable) addElems(set string, elems []element, excl bool) error {
 			}
 		}
 		s.elems[e.id()] = e
+		s.added = append(s.added, e.id())
 	}
 	return nil
 }
@@ -267,6 +272,7 @@ func (t *kTable) delElems(set string, elems []element) error {
 			return errnof(unix.ENOENT, "set %s: no element %s", set, e.text)
 		}
 		delete(s.elems, e.id())
+		s.added = slices.DeleteFunc(s.added, func(id string) bool { return id == e.id() })
 	}
 	return nil
 }
@@ -283,7 +289,8 @@ func (k *fakeKernel) elements(set *setSpec) ([]element, error) {
 		return nil, errnof(unix.ENOENT, "no set %s", set.name)
 	}
 	out := make([]element, 0, len(s.elems))
-	for _, e := range s.elems {
+	for _, id := range s.added {
+		e := s.elems[id]
 		out = append(out, element{key: e.key, keyEnd: e.keyEnd})
 	}
 	return out, nil
@@ -314,7 +321,9 @@ func (k *fakeKernel) list() string {
 	elems := map[string][]element{}
 	for _, s := range k.table.sets {
 		sets = append(sets, s.spec)
-		elems[s.spec.name] = slices.Collect(maps.Values(s.elems))
+		for _, id := range s.added {
+			elems[s.spec.name] = append(elems[s.spec.name], s.elems[id])
+		}
 	}
 	var chains []chainSpec
 	for _, c := range k.table.chains {

@@ -8,9 +8,11 @@ import (
 
 // This file prints a table as `nft list table inet ipvsproxy` does
 // (nftables 1.0.x): tabs for indentation, sets before chains, a blank
-// line between blocks, a set's elements sorted by key.
+// line between blocks, a set's elements sorted by key — except in an
+// interval set, whose elements nft prints in the kernel's dump order.
 
-// listTable renders sets (with elements[set name]) and chains.
+// listTable renders sets (with elements[set name], in the kernel's dump
+// order) and chains.
 func listTable(name string, sets []*setSpec, elements map[string][]element, chains []chainSpec) string {
 	var b strings.Builder
 	b.WriteString("table inet " + name + " {\n")
@@ -36,7 +38,9 @@ func writeSet(b *strings.Builder, s *setSpec, elems []element) {
 		b.WriteString("\t\tflags interval\n")
 	}
 	if len(elems) > 0 {
-		elems = slices.SortedFunc(slices.Values(elems), func(x, y element) int { return bytes.Compare(x.key, y.key) })
+		if !s.interval() {
+			elems = slices.SortedFunc(slices.Values(elems), func(x, y element) int { return bytes.Compare(x.key, y.key) })
+		}
 		b.WriteString("\t\telements = { ")
 		perLine := s.elementsPerLine()
 		for i, e := range elems {
