@@ -33,7 +33,7 @@ func ipPort(ip string, proto string, port uint16) ipset.Entry {
 // mustElem encodes an entry of an ipset for f's table.
 func mustElem(t *testing.T, f *Fake, ipsetName string, e ipset.Entry) (*setSpec, element) {
 	t.Helper()
-	set, elems, err := f.elements(ipsetName, []ipset.Entry{e})
+	set, elems, err := f.w.elements(ipsetName, []ipset.Entry{e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestFakeKernelRefusals(t *testing.T) {
 		Protocol: "tcp", Port: 443, Net: netip.MustParsePrefix("203.0.113.0/24")})
 	_, inner := mustElem(t, f, owned.SetLoadBalancerSrcCIDR, ipset.Entry{IP: netip.MustParseAddr("192.0.2.10"),
 		Protocol: "tcp", Port: 443, Net: netip.MustParsePrefix("203.0.113.128/25")})
-	v6set := f.layout.set("cluster-ip-v6")
+	v6set := f.w.layout.set("cluster-ip-v6")
 	missing := &setSpec{name: "no-such-set", key: keyIPPort}
 	if err := f.kernel.commit([]op{opAddElems{set: cip, elems: []element{vip}}, opAddElems{set: cidrSet, elems: []element{cidr}}}); err != nil {
 		t.Fatal(err)

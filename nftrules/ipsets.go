@@ -16,7 +16,8 @@ import (
 // have no maxelem, so they never grow: leave the reconciler's SetSpecs
 // unset, and SwapSets is refused.
 type IPSets struct {
-	w *writer
+	w *writer   // the table's layout and set listing
+	i Interface // reads and writes: the writer, or a Fake counting them
 }
 
 var _ ipset.Interface = (*IPSets)(nil)
@@ -24,9 +25,6 @@ var _ ipset.Interface = (*IPSets)(nil)
 // ErrNotIPSet is returned for the ipset operations an nft set has no use
 // for (DestroySet, SwapSets): the sets go with the table (DeleteTable).
 var ErrNotIPSet = errors.New("nftrules: not an ipset operation; the table's sets are written and removed whole")
-
-// IPSets returns the ipset view of the fake's table.
-func (f *Fake) IPSets() *IPSets { return &IPSets{f.writer} }
 
 // known returns the owned set definition named name, for the families
 // the table serves.
@@ -68,12 +66,12 @@ func (s *IPSets) ListSets() ([]ipset.Set, error) {
 }
 
 // ListEntries implements ipset.Interface.
-func (s *IPSets) ListEntries(set string) ([]ipset.Entry, error) { return s.w.ListElements(set) }
+func (s *IPSets) ListEntries(set string) ([]ipset.Entry, error) { return s.i.ListElements(set) }
 
 // WalkEntries reads the whole set, then hands each entry to fn; reset is
 // never needed (one dump, read to its end before fn runs).
 func (s *IPSets) WalkEntries(set string, _ func(), fn func(ipset.Entry) error) error {
-	entries, err := s.w.ListElements(set)
+	entries, err := s.i.ListElements(set)
 	if err != nil {
 		return err
 	}
@@ -86,10 +84,10 @@ func (s *IPSets) WalkEntries(set string, _ func(), fn func(ipset.Entry) error) e
 }
 
 // AddEntry implements ipset.Interface.
-func (s *IPSets) AddEntry(set string, e ipset.Entry) error { return s.w.AddElements(set, e) }
+func (s *IPSets) AddEntry(set string, e ipset.Entry) error { return s.i.AddElements(set, e) }
 
 // DeleteEntry implements ipset.Interface.
-func (s *IPSets) DeleteEntry(set string, e ipset.Entry) error { return s.w.DeleteElements(set, e) }
+func (s *IPSets) DeleteEntry(set string, e ipset.Entry) error { return s.i.DeleteElements(set, e) }
 
 // DestroySet is refused: see ErrNotIPSet.
 func (s *IPSets) DestroySet(string) error { return ErrNotIPSet }

@@ -105,3 +105,32 @@ func TestEngineWritesThroughTheView(t *testing.T) {
 		t.Errorf("after the full pass: the stale element must go, ns/b's stay:\n%s", f)
 	}
 }
+
+// The incremental path writes one element per new entry and never dumps
+// a set; a refused write fails the sync and changes nothing, and the
+// retry writes it.
+func TestEngineIncrementalPathThroughTheView(t *testing.T) {
+	f := newTestFake(t, DefaultConfig(true, false))
+	dummy := dummyif.NewFake("")
+	if err := dummy.EnsureLink(); err != nil {
+		t.Fatal(err)
+	}
+	rec := sync.NewReconciler(owned.Kernel{IPVS: ipvs.NewFake(), Dummy: dummy, IPSet: f.IPSets()}, owned.SetNames(true, false), nil)
+	want := &sync.ServiceState{Entries: []owned.SetEntry{{Set: owned.SetClusterIP, Entry: ipPort("10.96.0.10", "tcp", 80)}}}
+	before := f.String()
+	undo := f.FailOn(VerbAddElements, func(c Call) bool { return c.Set == owned.SetClusterIP }, errors.New("injected"))
+	if err := rec.Sync("ns/a", want); err == nil {
+		t.Fatal("sync succeeded through a failing write")
+	}
+	if f.String() != before {
+		t.Errorf("a failed write changed the table:\n%s", f)
+	}
+	undo()
+	f.ResetCounts()
+	if err := rec.Sync("ns/a", want); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Counts(); got[VerbAddElements] != 1 || got[VerbListElements] != 0 || got[VerbDeleteElements] != 0 {
+		t.Errorf("calls %v, want one AddElements and no dump", got)
+	}
+}

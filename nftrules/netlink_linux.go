@@ -142,7 +142,7 @@ func (b *netlinkBackend) sets() (map[string]bool, error) {
 }
 
 // IPSets returns the ipset view of the kernel's table.
-func (n *Netlink) IPSets() *IPSets { return &IPSets{n.writer} }
+func (n *Netlink) IPSets() *IPSets { return &IPSets{w: n.writer, i: n.writer} }
 
 // close releases the socket.
 func (b *netlinkBackend) close() {

@@ -145,7 +145,7 @@ func TestSandboxRefusalsMatchFake(t *testing.T) {
 	cidrSet, cidr := mustElem(t, fake, owned.SetLoadBalancerSrcCIDR, ipPortNet("192.0.2.10", 443, "203.0.113.0/24"))
 	_, inner := mustElem(t, fake, owned.SetLoadBalancerSrcCIDR, ipPortNet("192.0.2.10", 443, "203.0.113.128/25"))
 	cip, vip := mustElem(t, fake, owned.SetClusterIP, ipPort("10.96.0.1", "tcp", 443))
-	for _, be := range []backend{kern.be, fake.be} {
+	for _, be := range []backend{kern.be, fake.w.be} {
 		if err := be.commit([]op{opAddElems{set: cidrSet, elems: []element{cidr}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -157,10 +157,10 @@ func TestSandboxRefusalsMatchFake(t *testing.T) {
 	}{
 		{"overlapping interval", []op{opAddElems{set: cidrSet, elems: []element{inner}}}, unix.EEXIST},
 		{"delete a missing element", []op{opDelElems{set: cip, elems: []element{vip}}}, unix.ENOENT},
-		{"IPv4 key in an IPv6 set", []op{opAddElems{set: fake.layout.set("cluster-ip-v6"), elems: []element{vip}}}, unix.EINVAL},
+		{"IPv4 key in an IPv6 set", []op{opAddElems{set: fake.w.layout.set("cluster-ip-v6"), elems: []element{vip}}}, unix.EINVAL},
 		{"delete a chain a rule jumps to", []op{opDelChain{chainServices}}, unix.EBUSY},
 	} {
-		for name, be := range map[string]backend{"kernel": kern.be, "fake": fake.be} {
+		for name, be := range map[string]backend{"kernel": kern.be, "fake": fake.w.be} {
 			if err := be.commit(tc.ops); !errors.Is(err, tc.want) {
 				t.Errorf("%s, %s: got %v, want %v", tc.name, name, err, tc.want)
 			}
