@@ -10,13 +10,13 @@ import (
 // backend's fixed rules (iptables/nat.go, iptables/filter.go), rule for
 // rule, with a set lookup wherever those match an ipset. c must be valid.
 //
-// Three things differ, because an nftables verdict ends only this
-// table's chain, never another table's (each table's base chains run in
-// turn at a hook, and any one of them may still drop):
+// Three things differ:
 //   - KUBE-SERVICES's trailing "-j ACCEPT"s and KUBE-FORWARD, filter
 //     KUBE-NODE-PORT's health-check "-j ACCEPT" keep other software's
-//     rules from dropping service traffic in the iptables tables; an
-//     accept here cannot do that, so they are left out (an operator with
+//     rules from dropping service traffic in the iptables tables. An
+//     nftables accept ends only this table's chain, never another
+//     table's (each table's base chains run in turn at a hook, and any
+//     of them may still drop), so they are left out (an operator with
 //     a dropping FORWARD or INPUT policy must allow service traffic there,
 //     as with kube-proxy's nftables mode). KUBE-IPVS-OUT-FILTER is empty
 //     in the iptables backend and has no counterpart.
