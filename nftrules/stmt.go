@@ -273,7 +273,12 @@ func (ctStateNew) exprs() []expr.Any {
 // markUnset is "meta mark & BIT == 0": the masquerade bit is not set.
 type markUnset struct{ bit uint32 }
 
+// text: nft prints a mask of leading one bits as a prefix, so with bit
+// 31 the same match reads "meta mark 0x00000000/1" (seen on 6.12).
 func (m markUnset) text() string {
+	if m.bit == 1<<31 {
+		return "meta mark 0x00000000/1"
+	}
 	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.bit)
 }
 
