@@ -22,7 +22,7 @@ var _ Interface = (*Netlink)(nil)
 // are passed to nftables.New (tests give nftables.WithTestDial; a
 // network namespace is nftables.WithNetNSFd).
 func New(cfg Config, opts ...nftables.ConnOption) (*Netlink, error) {
-	nl := &netlinkBackend{opts: opts}
+	nl := &netlinkBackend{opts: opts, name: TableName}
 	w, err := newWriter(cfg, nl)
 	if err != nil {
 		return nil, err
@@ -42,6 +42,7 @@ func (n *Netlink) Close() error {
 type netlinkBackend struct {
 	mu   sync.Mutex // one transaction at a time: a Conn queues messages until Flush
 	opts []nftables.ConnOption
+	name string // the table: TableName, or probeTable for Probe
 	conn *nftables.Conn // nil until used, and after a failure
 }
 
@@ -76,7 +77,7 @@ func (b *netlinkBackend) commit(ops []op) error {
 	if err != nil {
 		return err
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: b.name}
 	for _, o := range ops {
 		if err := queue(conn, table, o); err != nil {
 			b.discard()
@@ -98,7 +99,7 @@ func (b *netlinkBackend) elements(set *setSpec) ([]element, error) {
 	if err != nil {
 		return nil, err
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: b.name}
 	got, err := conn.GetSetElements(nftSet(table, set))
 	if err != nil {
 		b.discard()
@@ -127,10 +128,10 @@ func (b *netlinkBackend) sets() (map[string]bool, error) {
 		return nil, fmt.Errorf("nftables: list tables: %w", err)
 	}
 	out := map[string]bool{}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName }) {
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == b.name }) {
 		return out, nil
 	}
-	got, err := conn.GetSets(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
+	got, err := conn.GetSets(&nftables.Table{Family: nftables.TableFamilyINet, Name: b.name})
 	if err != nil {
 		b.discard()
 		return nil, fmt.Errorf("nftables: list sets: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -171,5 +172,42 @@ func TestNetlinkErrnoReachesTheWriter(t *testing.T) {
 	}
 	if err := n.AddElements(owned.SetClusterIP, entries[0]); err != nil {
 		t.Errorf("the next transaction after a refusal: %v", err)
+	}
+}
+
+// Probe writes a table of its own, never ipvsproxy's, and names a kernel
+// that refuses inet base chains; DeleteTable on such a kernel is done.
+func TestProbe(t *testing.T) {
+	r := &recorder{}
+	if err := Probe(nftables.WithTestDial(r.dial)); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.batches) != 1 {
+		t.Fatalf("%d batches, want 1", len(r.batches))
+	}
+	got := msgTypes(t, r.batches[0])
+	if want := map[int]int{unix.NFT_MSG_NEWTABLE: 1, unix.NFT_MSG_NEWCHAIN: 2, unix.NFT_MSG_DELTABLE: 1}; !maps.Equal(got, want) {
+		t.Errorf("probe batch: %v, want %v", got, want)
+	}
+	for _, m := range r.batches[0][1 : len(r.batches[0])-1] {
+		if bytes.Contains(m.Data, []byte(TableName+"\x00")) {
+			t.Errorf("the probe names table %s", TableName)
+		}
+	}
+	for _, errno := range []unix.Errno{unix.EOPNOTSUPP, unix.ENOENT, unix.EAFNOSUPPORT} {
+		r := &recorder{refuse: map[int]unix.Errno{0: errno}}
+		if err := Probe(nftables.WithTestDial(r.dial)); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%v: %v, want ErrUnsupported", errno, err)
+		}
+		n, _ := newRecorded(t, DefaultConfig(true, false))
+		n.nl.opts = []nftables.ConnOption{nftables.WithTestDial(r.dial)}
+		r.batches = nil
+		if err := n.DeleteTable(); err != nil {
+			t.Errorf("DeleteTable on a kernel refusing with %v: %v", errno, err)
+		}
+	}
+	r = &recorder{refuse: map[int]unix.Errno{0: unix.EPERM}}
+	if err := Probe(nftables.WithTestDial(r.dial)); err == nil || errors.Is(err, ErrUnsupported) {
+		t.Errorf("EPERM: %v, want a plain error", err)
 	}
 }

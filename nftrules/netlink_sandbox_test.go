@@ -37,14 +37,9 @@ func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
 	}
 	t.Cleanup(func() { _ = f.Close() })
 	opts := []nftables.ConnOption{nftables.WithNetNSFd(int(f.Fd()))}
-	// A kernel without inet nf_tables (the 6.1 sandbox) may accept the
-	// table and refuse its first base chain, so the probe makes one.
-	probe := &netlinkBackend{opts: opts}
-	err = probe.commit([]op{opAddTable{}, opAddChain{chainSpec{name: "probe", hook: hookFilterInput}}, opDelTable{}})
-	probe.close()
-	switch {
-	case errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT):
-		t.Skipf("this kernel's nf_tables has no inet family (the 6.1 sandbox?): %v", err)
+	switch err := Probe(opts...); {
+	case errors.Is(err, ErrUnsupported):
+		t.Skipf("the 6.1 sandbox? %v", err)
 	case err != nil:
 		t.Fatal(err)
 	}

@@ -30,7 +30,9 @@ type Interface interface {
 	// as the engine's full pass reads the ipsets.
 	ListElements(ipsetName string) ([]ipset.Entry, error)
 	// DeleteTable removes the table with everything in it (the table is
-	// owned whole); an absent table is not an error.
+	// owned whole); an absent table is not an error, nor is a kernel
+	// that cannot have one (no nf_tables, or none for inet), so cleanup
+	// and a switch to the iptables backend work on any node.
 	DeleteTable() error
 }
 
@@ -143,10 +145,22 @@ func (w *writer) ListElements(ipsetName string) ([]ipset.Entry, error) {
 }
 
 func (w *writer) DeleteTable() error {
-	if err := w.be.commit([]op{opDelTable{}}); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := w.be.commit([]op{opDelTable{}}); err != nil && !unsupported(err) {
 		return fmt.Errorf("nftrules: delete table %s: %w", TableName, err)
 	}
 	return nil
+}
+
+// unsupported tells ENOENT (no such table, chain type or family to
+// look up) and the errnos of a kernel without the inet family or
+// without nf_tables.
+func unsupported(err error) bool {
+	for _, e := range []unix.Errno{unix.ENOENT, unix.EAFNOSUPPORT, unix.EOPNOTSUPP, unix.EPROTONOSUPPORT} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // chunks yields elems in slices of at most MaxBatch.
