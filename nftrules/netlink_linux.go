@@ -42,7 +42,7 @@ func (n *Netlink) Close() error {
 type netlinkBackend struct {
 	mu   sync.Mutex // one transaction at a time: a Conn queues messages until Flush
 	opts []nftables.ConnOption
-	name string // the table: TableName, or probeTable for Probe
+	name string         // the table: TableName, or probeTable for Probe
 	conn *nftables.Conn // nil until used, and after a failure
 }
 
