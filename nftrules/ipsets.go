@@ -65,13 +65,29 @@ func (s *IPSets) ListSets() ([]ipset.Set, error) {
 	return out, nil
 }
 
-// ListEntries implements ipset.Interface.
-func (s *IPSets) ListEntries(set string) ([]ipset.Entry, error) { return s.i.ListElements(set) }
+// ListEntries implements ipset.Interface: a set the table does not hold
+// (another family's, or no table yet) is ipset.ErrSetNotFound, as the
+// ipset adapter reports a missing set, so inspect and cleanup read the
+// table as they read ipsets.
+func (s *IPSets) ListEntries(set string) ([]ipset.Entry, error) {
+	t, ok := s.w.targets[set]
+	if !ok {
+		return nil, fmt.Errorf("nftrules: ipset %s: %w", set, ipset.ErrSetNotFound)
+	}
+	present, err := s.w.be.sets()
+	if err != nil {
+		return nil, fmt.Errorf("nftrules: list sets: %w", err)
+	}
+	if !present[t.set.name] {
+		return nil, fmt.Errorf("nftrules: nft set %s: %w", t.set.name, ipset.ErrSetNotFound)
+	}
+	return s.i.ListElements(set)
+}
 
 // WalkEntries reads the whole set, then hands each entry to fn; reset is
 // never needed (one dump, read to its end before fn runs).
 func (s *IPSets) WalkEntries(set string, _ func(), fn func(ipset.Entry) error) error {
-	entries, err := s.i.ListElements(set)
+	entries, err := s.ListEntries(set)
 	if err != nil {
 		return err
 	}

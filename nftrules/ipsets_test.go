@@ -48,6 +48,17 @@ func TestIPSetsViewSetsAndRefusals(t *testing.T) {
 			t.Errorf("EnsureSet(%+v) succeeded", s)
 		}
 	}
+	for _, name := range []string{owned.SetName(owned.SetClusterIP, true), "KUBE-NO-SUCH-SET"} {
+		if _, err := v.ListEntries(name); !errors.Is(err, ipset.ErrSetNotFound) {
+			t.Errorf("ListEntries(%s): %v, want ErrSetNotFound", name, err)
+		}
+	}
+	if err := f.DeleteTable(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.ListEntries(owned.SetClusterIP); !errors.Is(err, ipset.ErrSetNotFound) {
+		t.Errorf("ListEntries without the table: %v, want ErrSetNotFound", err)
+	}
 	if err := v.DestroySet(owned.SetClusterIP); !errors.Is(err, ErrNotIPSet) {
 		t.Errorf("DestroySet: %v", err)
 	}
