@@ -235,7 +235,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"bad content type names the field", kpHeader + "clientConnection:\n  contentType: text/plain\n", `clientConnection.contentType: --kube-api-content-type "text/plain"`},
 		{"negative grace period names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ngracefulTerminationPeriod: -5s\n", `gracefulTerminationPeriod: --ipvs-graceful-termination-period -5s: must not be negative`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
-		{"unavailable rules backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nrulesBackend: nftables\n", `rulesBackend: --rules-backend "nftables": the nftables backend is not available yet`},
+		{"bad rules backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nrulesBackend: ebpf\n", `rulesBackend: --rules-backend "ebpf": want iptables or nftables`},
 		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},
 	}
 	for _, c := range cases {

@@ -110,7 +110,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
 	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
-	fs.StringVar(&o.RulesBackend, "rules-backend", o.RulesBackend, "Where the node-wide rules and the service sets live: iptables (ipsets and iptables rules, kube-proxy's names) or nftables (one nftables table, inet ipvsproxy; not yet available).")
+	fs.StringVar(&o.RulesBackend, "rules-backend", o.RulesBackend, "Where the node-wide rules and the service sets live: iptables (ipsets and iptables rules, kube-proxy's names) or nftables (one nftables table, inet ipvsproxy; needs inet nf_tables). Switching removes what the other one made.")
 	fs.DurationVar(&o.GracePeriod, "ipvs-graceful-termination-period", o.GracePeriod, "How long a removed TCP/SCTP backend keeps its open connections (at weight 0) before it is deleted; 0 deletes at once. UDP backends are always deleted at once.")
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "How to tell cluster traffic (not masqueraded) from outside traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
 	fs.StringVar(&o.PodBridge, "pod-bridge-interface", o.PodBridge, "With --detect-local-mode=BridgeInterface: the bridge the pods are on.")
@@ -349,15 +349,11 @@ const (
 	RulesBackendNFTables = "nftables"
 )
 
-// validateRulesBackend checks --rules-backend. nftables is refused until
-// the engine writes through package nftrules (issue #18): accepting it
-// now would run the iptables backend under an nftables setting.
+// validateRulesBackend checks --rules-backend.
 func validateRulesBackend(v string) error {
 	switch v {
-	case RulesBackendIPTables:
+	case RulesBackendIPTables, RulesBackendNFTables:
 		return nil
-	case RulesBackendNFTables:
-		return fmt.Errorf("--rules-backend %q: the nftables backend is not available yet (issue #18); use iptables", v)
 	}
 	return fmt.Errorf("--rules-backend %q: want iptables or nftables", v)
 }

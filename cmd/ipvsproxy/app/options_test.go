@@ -39,7 +39,6 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--ipvs-exclude-cidrs", "nonsense"}, `--ipvs-exclude-cidrs: "nonsense" is not a CIDR`},
 		{[]string{"--iptables-backend", "ebpf"}, `--iptables-backend "ebpf": want auto, legacy or nft`},
 		{[]string{"--rules-backend", "ebpf"}, `--rules-backend "ebpf": want iptables or nftables`},
-		{[]string{"--rules-backend", "nftables"}, `--rules-backend "nftables": the nftables backend is not available yet (issue #18); use iptables`},
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
 		{[]string{"--ipvs-graceful-termination-period", "-1s"}, "--ipvs-graceful-termination-period -1s: must not be negative"},
