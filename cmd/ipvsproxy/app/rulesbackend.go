@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -142,3 +143,20 @@ func (a *afterFirstPass) run() {
 	}
 	a.done = true
 }
+
+// noIPSets is a kernel without the ip_set module, for the nftables
+// backend: it has no sets, and refuses to make one.
+type noIPSets struct{}
+
+var errNoIPSet = errors.New("ipset: the kernel has no ip_set module")
+
+func (noIPSets) EnsureSet(ipset.Set) error                 { return errNoIPSet }
+func (noIPSets) ListSets() ([]ipset.Set, error)            { return nil, nil }
+func (noIPSets) ListEntries(string) ([]ipset.Entry, error) { return nil, ipset.ErrSetNotFound }
+func (noIPSets) WalkEntries(string, func(), func(ipset.Entry) error) error {
+	return ipset.ErrSetNotFound
+}
+func (noIPSets) AddEntry(string, ipset.Entry) error    { return errNoIPSet }
+func (noIPSets) DeleteEntry(string, ipset.Entry) error { return nil }
+func (noIPSets) DestroySet(string) error               { return nil }
+func (noIPSets) SwapSets(string, string) error         { return errNoIPSet }

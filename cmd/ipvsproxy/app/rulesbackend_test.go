@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/internal/enginetest"
 	"github.com/ipvsproxy/ipvsproxy/internal/fakenode"
+	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -130,5 +131,20 @@ func TestTableSetupRetiresIPTables(t *testing.T) {
 	afterFullSync(func(int, int) {}, setup.retire)(0, 0)
 	if !called {
 		t.Error("the iptables backend was not removed after the first full pass")
+	}
+}
+
+// A node without ip_set: nothing of the iptables backend to remove, and
+// cleanup's read of the sets finds none.
+func TestNoIPSets(t *testing.T) {
+	var s noIPSets
+	if sets, err := s.ListSets(); err != nil || len(sets) != 0 {
+		t.Errorf("ListSets: %v, %v", sets, err)
+	}
+	if _, err := s.ListEntries("KUBE-CLUSTER-IP"); !errors.Is(err, ipset.ErrSetNotFound) {
+		t.Errorf("ListEntries: %v", err)
+	}
+	if err := s.EnsureSet(ipset.Set{Name: "KUBE-CLUSTER-IP"}); err == nil {
+		t.Error("EnsureSet succeeded on a kernel without ip_set")
 	}
 }

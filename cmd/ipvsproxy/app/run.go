@@ -65,7 +65,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	kernel, closeKernel, err := realKernel()
+	kernel, closeKernel, err := realKernel(o)
 	if err != nil {
 		return err
 	}

@@ -143,8 +143,10 @@ func checkOutput(cmd *cobra.Command, output string) error {
 	return nil
 }
 
-// realKernel opens the kernel adapters the tools read and write.
-func realKernel() (owned.Kernel, func(), error) {
+// realKernel opens the kernel adapters the proxy and the tools read and
+// write. With --rules-backend=nftables a node needs no ip_set module:
+// without it there are no ipsets (of an earlier iptables backend) either.
+func realKernel(o *Options) (owned.Kernel, func(), error) {
 	h, err := ipvs.New()
 	if err != nil {
 		return owned.Kernel{}, nil, err
@@ -154,7 +156,12 @@ func realKernel() (owned.Kernel, func(), error) {
 		h.Close()
 		return owned.Kernel{}, nil, err
 	}
-	sets, err := ipset.New()
+	var sets ipset.Interface
+	sets, err = ipset.New()
+	if err != nil && o.RulesBackend == RulesBackendNFTables {
+		klog.InfoS("No ipsets to look at", "err", err)
+		sets, err = noIPSets{}, nil
+	}
 	if err != nil {
 		h.Close()
 		return owned.Kernel{}, nil, err
@@ -165,7 +172,7 @@ func realKernel() (owned.Kernel, func(), error) {
 // toolKernel is realKernel whose sets are, with --rules-backend=nftables,
 // the table's: diff and status read what the proxy writes.
 func toolKernel(o *Options) (owned.Kernel, func(), error) {
-	k, closeKernel, err := realKernel()
+	k, closeKernel, err := realKernel(o)
 	if err != nil || o.RulesBackend != RulesBackendNFTables {
 		return k, closeKernel, err
 	}
@@ -179,7 +186,7 @@ func toolKernel(o *Options) (owned.Kernel, func(), error) {
 }
 
 func runCleanup(o *Options, out io.Writer) error {
-	k, closeKernel, err := realKernel()
+	k, closeKernel, err := realKernel(o)
 	if err != nil {
 		return err
 	}
