@@ -125,23 +125,33 @@ func ruleCleaners(o *Options) ([]cleanup.RuleCleaner, error) {
 // afterFirstPass removes the other backend after a full pass: the one in
 // use then holds every service, so no new connection meets a node with
 // neither. Both backends' rules agree meanwhile (the same masquerade
-// bit; a connection is NATed once). A failure is logged and retried after
-// the next full pass; after a success it does nothing.
+// bit; a connection is NATed once). A failure is retried after the next
+// full pass (logged as an error the first time, then at -v 2, so a node
+// where it cannot succeed is not flooded); after a success it does
+// nothing.
 type afterFirstPass struct {
-	what string
-	do   func() error
-	done bool
+	what     string
+	do       func() error
+	done     bool
+	failures int
 }
 
 func (a *afterFirstPass) run() {
 	if a == nil || a.done {
 		return
 	}
-	if err := a.do(); err != nil {
-		klog.ErrorS(err, "Removing the other rules backend failed; retried after the next full pass", "what", a.what)
-		return
+	err := a.do()
+	switch {
+	case err == nil:
+		a.done = true
+	case a.failures == 0:
+		klog.ErrorS(err, "Removing the other rules backend failed; retried after each full pass", "what", a.what)
+	default:
+		klog.V(2).InfoS("Removing the other rules backend failed again", "what", a.what, "err", err)
 	}
-	a.done = true
+	if err != nil {
+		a.failures++
+	}
 }
 
 // noIPSets is a kernel without the ip_set module, for the nftables
