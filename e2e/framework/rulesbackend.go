@@ -192,9 +192,9 @@ func ProxyRulesIn(backend string) ([]string, error) {
 }
 
 // BackendLeftovers describes what of the given backend is on the node
-// ("" for nothing): for iptables any KUBE- chain in iptables-save
-// (no kubelet runs in the sandbox, so every one is ipvsproxy's) and any
-// KUBE- ipset; for nftables the table.
+// ("" for nothing): for iptables any KUBE- chain in iptables-save or
+// ip6tables-save (no kubelet runs in the sandbox, so every one is
+// ipvsproxy's) and any KUBE- ipset; for nftables the table.
 func BackendLeftovers(backend string) (string, error) {
 	var left []string
 	if backend == BackendNFTables {
@@ -207,13 +207,15 @@ func BackendLeftovers(backend string) (string, error) {
 		}
 		return strings.Join(left, "; "), nil
 	}
-	save, err := Run("iptables-save")
-	if err != nil {
-		return "", err
-	}
-	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, ":KUBE-") {
-			left = append(left, "chain "+strings.Fields(l)[0][1:])
+	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
+		save, err := Run(tool)
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(save, "\n") {
+			if strings.HasPrefix(l, ":KUBE-") {
+				left = append(left, tool+" chain "+strings.Fields(l)[0][1:])
+			}
 		}
 	}
 	sets, err := Run("ipset", "list", "-n")
