@@ -1,9 +1,11 @@
 # ipvsproxy — build, test, demo.
 #
-#   make test    unit tests (race), lint, then every real-kernel test in the
+#   make test    unit tests (race), lint, the image test, then every real-kernel test in the
 #                user-mode-Linux sandbox (adapter tests and end-to-end)
 #   make demo    boot the sandbox, program example Services, show ipvsadm
 #                and real traffic
+#   make image   the release image (linux/amd64 + linux/arm64) as an OCI
+#                layout in bin/image, without a container engine
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
@@ -26,18 +28,68 @@ LDFLAGS := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X $(
 # Packages with tests that need a real kernel (build tag "sandbox").
 SANDBOX_PKGS = $(shell grep -l '^//go:build sandbox' --include='*_test.go' -r . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build unit lint sandbox-test e2e test demo bench bench-engine bench-kernel bench-100k clean
+.PHONY: all build unit lint sandbox-test e2e test demo bench bench-engine bench-kernel bench-100k clean image image-tar image-lock image-test
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ipvsproxy ./cmd/ipvsproxy
 
+# The release image, built without a container engine (deploy/image, a
+# module of its own): an OCI image layout in bin/image with linux/amd64
+# and linux/arm64, from the static binary and the Debian bookworm
+# packages pinned in deploy/image/packages.lock (downloaded once, cached
+# in ~/.cache/ipvsproxy-image). It is tagged with the reference
+# deploy/daemonset.yaml names; every timestamp is the commit's, so the
+# same commit gives the same digest. Push: see README (crane/skopeo).
+IMAGE ?= $(shell sed -n 's/^ *image: *//p' deploy/daemonset.yaml | head -n1)
+IMAGE_ARCHES ?= amd64 arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGEBUILD = cd deploy/image && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run .
+image:
+	@mkdir -p $(BIN)/image-build
+	@# -s -w and -trimpath as deploy/Dockerfile builds it.
+	@set -e; for a in $(IMAGE_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+	    -o $(BIN)/image-build/ipvsproxy-linux-$$a ./cmd/ipvsproxy; \
+	done
+	$(IMAGEBUILD) build --out $(BIN)/image --ref '$(IMAGE)' --version '$(VERSION)' --revision '$(COMMIT)' \
+	  $(foreach a,$(IMAGE_ARCHES),--binary $(a)=$(BIN)/image-build/ipvsproxy-linux-$(a))
+
+# The layout as one tarball, for `docker load` (Docker 25+) or `ctr
+# import`; reproducible like the layout.
+image-tar: image
+	tar -C $(BIN)/image --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner --mode='u=rwX,go=rX' \
+	  -cf $(BIN)/ipvsproxy-image.tar .
+	@echo $(BIN)/ipvsproxy-image.tar
+
+# The image, checked (root: chroot): built a second time from the same
+# inputs it must be identical; then deploy/image's image test unpacks
+# it, checks every ELF file's libraries (both architectures) and runs
+# ipvsproxy, iptables (wrapper, legacy, nft), ipset, ip, ipvsadm,
+# conntrack and modprobe inside the amd64 one.
+image-test: image
+	$(IMAGEBUILD) build --out $(BIN)/image-again --ref '$(IMAGE)' --version '$(VERSION)' --revision '$(COMMIT)' \
+	  $(foreach a,$(IMAGE_ARCHES),--binary $(a)=$(BIN)/image-build/ipvsproxy-linux-$(a)) >/dev/null
+	@cmp -s $(BIN)/image/index.json $(BIN)/image-again/index.json || \
+	  { echo "image-test: a second build from the same inputs gave a different image:"; \
+	    cat $(BIN)/image/index.json $(BIN)/image-again/index.json; exit 1; }
+	@rm -rf $(BIN)/image-again
+	cd deploy/image && IPVSPROXY_IMAGE=$(BIN)/image IPVSPROXY_VERSION='$(VERSION)' $(GO) test -tags image -count=1 -v -run 'Image|Binary|Commands|Missing|DaemonSet' .
+
+# Re-resolve the image's Debian packages (newest bookworm, -updates and
+# -security versions, signatures checked with gpgv) from the mirror apt
+# uses on this machine. Run when a security fix is out, or when `make
+# image` says the mirror no longer has a locked version.
+image-lock:
+	$(IMAGEBUILD) lock --lock packages.lock
+
 # The e2e tools' own host tests (the benchmarks' fake API server and
 # process helper) run here too; the e2e suite itself needs the sandbox.
 unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags e2e ./e2e/cmd/... ./e2e/internal/...
+	cd deploy/image && $(GO) test -race -count=1 ./...
 
 $(STATICCHECK):
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -50,6 +102,8 @@ lint: $(STATICCHECK)
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags sandbox ./...
 	$(STATICCHECK) -tags e2e ./e2e/...
+	cd deploy/image && $(GO) vet ./... && $(GO) vet -tags image ./... && \
+	  $(STATICCHECK) ./... && $(STATICCHECK) -tags image ./...
 
 # Adapter tests on a real kernel: each package's sandbox tests are compiled
 # on the host and run as root inside user-mode Linux, on both sandbox
@@ -83,7 +137,7 @@ e2e: build
 	e2e/run.sh
 	E2E_IPTABLES=legacy E2E_RUN='$(E2E_LEGACY_RUN)' E2E_TIMEOUT=1200 e2e/run.sh
 
-test: unit lint sandbox-test e2e
+test: unit lint image-test sandbox-test e2e
 
 demo: build
 	e2e/demo.sh

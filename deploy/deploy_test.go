@@ -241,7 +241,7 @@ func TestDaemonSetRunsTheBinaryAsConfigured(t *testing.T) {
 	for _, p := range []struct {
 		probe *corev1.Probe
 		path  string
-	}{{c.LivenessProbe, "/livez"}, {c.ReadinessProbe, "/healthz"}} {
+	}{{c.LivenessProbe, "/livez"}, {c.ReadinessProbe, "/readyz"}} {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.IntVal != healthz {
 			t.Errorf("probe for %s on :%d missing or wrong: %+v", p.path, healthz, p.probe)
 		}
@@ -402,4 +402,62 @@ func TestApplyAgainstFakeAPI(t *testing.T) {
 func dsOf(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
 	return objects(t)["DaemonSet/ipvsproxy"].(*appsv1.DaemonSet)
+}
+
+// TestStartupTaintComponent renders the base with deploy/startup-taint
+// with the real kustomize: the proxy (and node-prep, which takes the same
+// arguments) gets a --remove-startup-taint the binary accepts, and the
+// ClusterRole gains patch on nodes, nothing else.
+func TestStartupTaintComponent(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl not on PATH: it renders the kustomization (the machine image ships it; apt package kubectl)")
+	}
+	here, _ := os.Getwd()
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "startup-taint") + "]\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", overlay).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize with the startup-taint component: %v\n%s", err, out)
+	}
+	docs, err := SplitDocs("kustomize output", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	base := objects(t)
+	for _, d := range docs {
+		obj, _, err := dec.Decode(d.YAML, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *rbacv1.ClusterRole:
+			added := o.Rules[len(base["ClusterRole/ipvsproxy"].(*rbacv1.ClusterRole).Rules):]
+			want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"patch"}}}
+			if !reflect.DeepEqual(added, want) {
+				t.Errorf("the component adds rules %+v, want only %+v", added, want)
+			}
+		case *appsv1.DaemonSet:
+			c, prep := o.Spec.Template.Spec.Containers[0], o.Spec.Template.Spec.InitContainers[0]
+			if !slices.Equal(c.Args, prep.Args) {
+				t.Errorf("node-prep args %q differ from the proxy's %q", prep.Args, c.Args)
+			}
+			opts, fs := app.NewOptions(), pflag.NewFlagSet("ipvsproxy", pflag.ContinueOnError)
+			opts.AddFlags(fs)
+			if err := fs.Parse(c.Args); err != nil || opts.RemoveStartupTaint != "node.ipvsproxy.io/proxy-not-ready" {
+				t.Errorf("args %q: --remove-startup-taint %q (%v)", c.Args, opts.RemoveStartupTaint, err)
+			}
+			if err := opts.Validate(); err != nil {
+				t.Errorf("args %q: %v", c.Args, err)
+			}
+		}
+	}
 }

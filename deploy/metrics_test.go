@@ -23,6 +23,7 @@ import (
 type idle struct{}
 
 func (idle) Pending() (time.Time, time.Time) { return time.Time{}, time.Time{} }
+func (idle) Ready() bool                     { return false }
 
 // exported registers the metrics the way run.go does, gives every labelled
 // family one series (a vector with no series is not gathered), and returns

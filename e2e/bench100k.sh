@@ -12,15 +12,16 @@
 #   BENCH100K_MEM=SIZE        guest memory (default: 1.5 GB + 80 kB per service, in whole GB: 10G at 100,000)
 #   BENCH100K_TIMEOUT=SECONDS kill the sandbox after this long (default: 1800 + 0.15 s per service)
 #   BENCH100K_ARGS="..."      more flags for the benchmark (e.g. --full-passes 1)
-#   BENCH100K_RAISE_MAP_COUNT=1  past 5,000 services, raise the host's vm.max_map_count
-#                             to one per 4 KiB of guest memory for the run (root; restored after)
+#   E2E_RAISE_MAP_COUNT=1     past 5,000 services, raise the host's vm.max_map_count
+#                             to one per 4 KiB of guest memory for the run (root; restored after;
+#                             BENCH100K_RAISE_MAP_COUNT=1 is the old name)
 #   E2E_IPVSPROXY=PATH        ipvsproxy binary (default bin/ipvsproxy)
 # Results: e2e/out/bench100k-DATE/ (summary.md, bench100k.json, ipvsproxy.log,
 # ipset-list-t-*.txt, metrics-*.txt, output.log), also e2e/out/bench100k-latest.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 total_start=$(date +%s)
-trap print_timings EXIT
+trap 'restore_map_count; print_timings' EXIT
 
 n=${BENCH100K_N:-100000}
 # Measured at 20,000 (docs/benchmarks.md): the proxy's peak ~35 kB per
@@ -30,28 +31,11 @@ n=${BENCH100K_N:-100000}
 mem=${BENCH100K_MEM:-$(( (1536 + n * 80 / 1000 + 1023) / 1024 ))G}
 timeout=${BENCH100K_TIMEOUT:-$(( 1800 + n * 15 / 100 ))}
 
-# User-mode Linux maps each guest process's memory into a host process
-# page by page; pages that are not contiguous in the guest's RAM file
-# need a host mapping (VMA) each. Once the guest's memory is fragmented
-# (the kernel's IPVS objects interleave with the proxy's heap), a guest
-# process of more than ~256 MB can hit the host's vm.max_map_count (65,530
-# by default) and the whole guest dies ("UML ran out of memory on the host
-# side"): seen at 10,000 services. Past 5,000 services (the largest size
-# run before without it) the host must allow one mapping per page of
-# guest memory.
-mem_kb=$(numfmt --from=iec "$mem" | awk '{print int($1 / 1024)}')
-need_maps=$(( mem_kb / 4 ))
-have_maps=$(cat /proc/sys/vm/max_map_count)
-restore_maps() { sysctl -qw vm.max_map_count="$have_maps" && echo "    vm.max_map_count restored to $have_maps" >&2; }
-if [ "$n" -gt 5000 ] && [ "$have_maps" -lt "$need_maps" ]; then
-  if [ "${BENCH100K_RAISE_MAP_COUNT:-0}" != 1 ]; then
-    echo "bench100k: the host's vm.max_map_count is $have_maps; N=$n (--mem $mem) needs $need_maps (see the comment in $0)." >&2
-    echo "  As root: BENCH100K_RAISE_MAP_COUNT=1 (raised for this run, restored after), or sysctl -w vm.max_map_count=$need_maps" >&2
-    exit 2
-  fi
-  sysctl -qw vm.max_map_count="$need_maps"
-  echo "    vm.max_map_count raised from $have_maps to $need_maps for this run" >&2
-  trap 'restore_maps; print_timings' EXIT
+# Past 5,000 services (the largest size run before without it) the
+# host must allow one mapping per page of guest memory (ensure_map_count
+# in lib.sh says why).
+if [ "$n" -gt 5000 ]; then
+  ensure_map_count bench100k "$mem" "${E2E_RAISE_MAP_COUNT:-${BENCH100K_RAISE_MAP_COUNT:-0}}"
 fi
 
 stage "packages"; install_packages; stage_done

@@ -100,3 +100,39 @@ new_results() {
   ln -sfn "$(basename "$dir")" "$e2e/out/$1-latest"
   echo "$dir"
 }
+
+# User-mode Linux maps each guest process's memory into a host process
+# page by page; pages that are not contiguous in the guest's RAM file
+# need a host mapping (VMA) each. Once the guest's memory is fragmented
+# (the kernel's IPVS objects interleave with the processes' heaps), a
+# guest process of more than ~256 MB — the proxy, or kube-apiserver
+# holding 6,000 Services — can hit the host's vm.max_map_count (65,530 by
+# default) and the whole guest dies ("UML ran out of memory on the host
+# side"): seen at 10,000 services in bench100k.sh, and in bench.sh on the
+# 6.12 kernel while the API server held 6,200 Services.
+#
+# ensure_map_count WHO MEM RAISE: make sure the host allows one mapping
+# per 4 KiB page of MEM (the guest's memory, as uml-run's --mem takes
+# it). With RAISE=1 (root) it raises vm.max_map_count for this run;
+# restore_map_count, in the script's EXIT trap, puts it back. Otherwise
+# it stops the script saying what to do.
+map_count_restore=
+ensure_map_count() {
+  local who=$1 mem=$2 raise=$3 mem_kb need have
+  mem_kb=$(numfmt --from=iec "$mem" | awk '{print int($1 / 1024)}')
+  need=$(( mem_kb / 4 ))
+  have=$(cat /proc/sys/vm/max_map_count)
+  [ "$have" -lt "$need" ] || return 0
+  if [ "$raise" != 1 ]; then
+    echo "$who: the host's vm.max_map_count is $have; a guest of $mem needs $need (see ensure_map_count in e2e/lib.sh)." >&2
+    echo "  As root: E2E_RAISE_MAP_COUNT=1 (raised for this run, restored after), or sysctl -w vm.max_map_count=$need" >&2
+    exit 2
+  fi
+  sysctl -qw vm.max_map_count="$need"
+  map_count_restore=$have
+  echo "    vm.max_map_count raised from $have to $need for this run" >&2
+}
+restore_map_count() {
+  [ -n "$map_count_restore" ] || return 0
+  sysctl -qw vm.max_map_count="$map_count_restore" && echo "    vm.max_map_count restored to $map_count_restore" >&2
+}

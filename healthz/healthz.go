@@ -1,5 +1,6 @@
 // Package healthz serves /healthz and /livez with kube-proxy's semantics,
-// so existing probes and load-balancer health checks keep working.
+// so existing probes and load-balancer health checks keep working, and
+// /readyz, which kube-proxy does not have.
 //
 // /healthz is 200 while the proxy keeps up: nothing is pending, or the
 // oldest pending change is younger than the timeout (kube-proxy: 2 ×
@@ -8,7 +9,14 @@
 // refused one Service's objects (that Service gets a Warning Event and is
 // retried): one bad Service must not fail every node's probes. /livez ignores the node.
 // Both answer 503 otherwise, with the same small JSON body. The body holds
-// timestamps and a boolean only: nothing secret is ever exposed.
+// timestamps and booleans only: nothing secret is ever exposed.
+//
+// /readyz is 503 until the first full pass has completed — every service
+// of the informers' initial lists programmed and the kernel's leftovers
+// pruned — and 200 from then on: a node that joins a large cluster is
+// not ready while it is still programming (the DaemonSet's readiness
+// probe). It never turns back: after that, /healthz says whether the
+// proxy keeps up.
 package healthz
 
 import (
@@ -25,6 +33,8 @@ type Source interface {
 	// Pending returns when the oldest unsynced change was queued (zero when
 	// none) and when the last sync batch without a node-wide failure ended.
 	Pending() (queued, synced time.Time)
+	// Ready reports whether the first full pass has completed.
+	Ready() bool
 }
 
 // Server holds the health state and the handlers.
@@ -62,6 +72,7 @@ type status struct {
 	LastUpdated  string `json:"lastUpdated"`
 	CurrentTime  string `json:"currentTime"`
 	NodeEligible *bool  `json:"nodeEligible,omitempty"`
+	Ready        *bool  `json:"ready,omitempty"` // /readyz only
 }
 
 // healthy reports whether syncs keep up, and when the last one ended.
@@ -79,7 +90,7 @@ func (s *Server) Healthy() bool {
 	return ok
 }
 
-// Handler returns the mux with /healthz and /livez.
+// Handler returns the mux with /healthz, /livez and /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -97,6 +108,12 @@ func (s *Server) Handler() http.Handler {
 		ok, synced := s.healthy(now)
 		s.write(w, s.livezTotal, ok, status{LastUpdated: synced.Format(time.RFC3339Nano), CurrentTime: now.Format(time.RFC3339Nano)})
 	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		now := s.now()
+		_, synced := s.src.Pending()
+		ready := s.src.Ready()
+		s.write(w, nil, ready, status{LastUpdated: synced.Format(time.RFC3339Nano), CurrentTime: now.Format(time.RFC3339Nano), Ready: &ready})
+	})
 	return mux
 }
 
@@ -105,7 +122,9 @@ func (s *Server) write(w http.ResponseWriter, total *prometheus.CounterVec, ok b
 	if !ok {
 		code = http.StatusServiceUnavailable
 	}
-	total.WithLabelValues(strconv.Itoa(code)).Inc()
+	if total != nil { // kube-proxy counts /healthz and /livez only
+		total.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)

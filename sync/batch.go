@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"maps"
-	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -37,14 +36,17 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	}
 	queuedAt := r.lastQueued.Swap(0)
 	start := r.clock.Now()
-	failed := r.syncKeys(keys)
-	maps.Copy(failed, r.syncKeys(affected))
-	passFinished, nodeErr := r.stepFullPass(passWanted, start, failed)
+	f := failures{queued: map[string]error{}, other: map[string]error{}}
+	keys = r.syncEach(keys, true, f)
+	affected = r.syncEach(affected, false, f)
+	passFinished, nodeErr := r.stepFullPass(passWanted, start, f.other)
+	r.requeueFailed(f)
+	failed := f.queued
+	maps.Copy(failed, f.other)
 	r.learnMissingSchedulers(failed)
 	r.rep.reportConflicts(failed)
 	r.clearStaleFlows()
 	end := r.clock.Now()
-	r.requeueFailed(keys, failed)
 	// The node is syncing when the batch ran to its end: a Service the
 	// kernel refuses is that Service's problem (retried with backoff,
 	// a Warning Event, ipvsproxy_services_sync_failing), not the node's, or
@@ -77,14 +79,55 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	}
 }
 
-// requeueFailed hands the batch's keys back to the queue, and queues with
-// backoff the keys that failed in the full pass's step.
-func (r *Runner) requeueFailed(keys []string, failed map[string]error) {
+// syncEach syncs keys in order. Before each one it syncs the critical
+// keys queued meanwhile, taken from the queue: a batch at start-up holds
+// thousands of services, and cluster DNS whose slices arrive during it
+// must not wait for its end. Each key taken from the queue (fromQueue:
+// keys are too) is handed back as soon as it is synced, so a change
+// made to it during the batch is queued again at once, not at the
+// batch's end; if it failed, it is queued again with backoff. It returns
+// the keys synced, the critical ones taken included, and adds those that
+// failed to f.
+func (r *Runner) syncEach(keys []string, fromQueue bool, f failures) []string {
+	synced := make([]string, 0, len(keys))
 	for _, k := range keys {
-		r.done(k, failed[k])
+		for r.order.criticalWaiting() {
+			c, quit := r.queue.Get()
+			if quit {
+				return synced
+			}
+			r.syncTaken(c, f)
+			synced = append(synced, c)
+		}
+		if fromQueue {
+			r.syncTaken(k, f)
+		} else if err := r.syncKey(k); err != nil {
+			f.other[k] = err
+		}
+		synced = append(synced, k)
 	}
-	for k, err := range failed {
-		if !slices.Contains(keys, k) { // found by the pass
+	return synced
+}
+
+// failures are the services that failed in one batch: those taken from
+// the queue, queued again with backoff already, and the others.
+type failures struct{ queued, other map[string]error }
+
+// syncTaken syncs a key taken from the queue and hands it back.
+func (r *Runner) syncTaken(k string, f failures) {
+	err := r.syncKey(k)
+	if err != nil {
+		f.queued[k] = err
+	}
+	r.done(k, err)
+}
+
+// requeueFailed queues with backoff the services that failed outside the
+// queue (in the full pass's step, or synced for a node update), unless
+// their key failed from the queue in this batch and is queued already.
+func (r *Runner) requeueFailed(f failures) {
+	for k, err := range f.other {
+		if _, queued := f.queued[k]; !queued {
 			klog.ErrorS(err, "Sync failed; will retry", "service", k)
 			r.retryLater(k)
 		}
@@ -174,19 +217,32 @@ func (r *Runner) build(key string) *ServiceState {
 	return &b.State
 }
 
-func (r *Runner) syncKeys(keys []string) map[string]error {
-	failed := map[string]error{}
-	for _, k := range keys {
-		want := r.build(k)
-		err := r.rec.Adopt(k, want)
-		if err == nil {
-			err = r.rec.Sync(k, want)
-		}
-		if err != nil {
-			failed[k] = err
-		}
+// syncKey adopts (at start-up) and syncs one service.
+func (r *Runner) syncKey(k string) error {
+	change := r.critical.syncing(k) // before build reads the tracker
+	want := r.build(k)
+	err := r.rec.Adopt(k, want)
+	if err == nil {
+		err = r.rec.Sync(k, want)
 	}
-	return failed
+	if err == nil && change != 0 {
+		r.critical.synced(k, change)
+		r.reportCritical()
+	}
+	return err
+}
+
+// reportCritical logs and records, once, that every critical service of
+// the informers' initial lists is programmed.
+func (r *Runner) reportCritical() {
+	n, ok := r.critical.finish(r.informersSynced.Load())
+	if !ok {
+		return
+	}
+	took := r.clock.Since(r.cfg.Started)
+	r.metrics.criticalProgrammed(took)
+	klog.InfoS("Critical services programmed", "services", n, "sinceStart", took,
+		"informersSyncedAfter", time.Duration(r.listedAt.Load()))
 }
 
 // stepFullPass begins a full pass when one is wanted and none runs, and
@@ -219,7 +275,7 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 		r.passBackoff.Forget("")
 	}
 	took := r.clock.Since(r.passStart)
-	r.fullDone.Store(true)
+	r.markReady()
 	r.metrics.fullPass(took)
 	r.metrics.services(r.rec.Keys())
 	if r.cfg.OnFullSync != nil {
@@ -285,5 +341,25 @@ func (r *Runner) Pending() (queued, synced time.Time) {
 	return queued, synced
 }
 
-// Ready reports whether the first full pass has adopted the kernel state.
-func (r *Runner) Ready() bool { return r.fullDone.Load() }
+// Ready reports whether the first full pass has completed: every service
+// of the informers' initial lists programmed, the kernel's leftovers
+// pruned (/readyz).
+func (r *Runner) Ready() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Readied is closed when Ready turns true.
+func (r *Runner) Readied() <-chan struct{} { return r.ready }
+
+func (r *Runner) markReady() {
+	r.readyOnce.Do(func() {
+		close(r.ready)
+		klog.InfoS("Ready: the first full pass has programmed every service", "services", r.rec.Keys(),
+			"sinceStart", r.clock.Since(r.cfg.Started))
+	})
+}

@@ -49,7 +49,7 @@ func FuzzBuild(f *testing.F) {
 
 		// What the informers store (StripForProxy) builds the same.
 		ssvc, ssl := svc.DeepCopy(), sl.DeepCopy()
-		strip := StripForProxy(cfg.NodeName)
+		strip := StripForProxy(cfg.NodeName, CriticalServices{})
 		strip(ssvc)
 		strip(ssl)
 		if sb := Build(ssvc, []*discovery.EndpointSlice{ssl, nil, ssl}, &cfg); !reflect.DeepEqual(sb, b) {

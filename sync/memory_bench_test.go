@@ -76,7 +76,7 @@ func liveHeap() uint64 {
 func BenchmarkInformerObjects(b *testing.B) {
 	const n = 10_000
 	svcWire, sliceWire := wireObjects(b)
-	strip := StripForProxy("this-node")
+	strip := StripForProxy("this-node", CriticalServices{})
 	for _, stripped := range []bool{false, true} {
 		name := map[bool]string{false: "raw", true: "stripped"}[stripped]
 		b.Run(name, func(b *testing.B) {

@@ -39,6 +39,7 @@ type Metrics struct {
 	ConntrackDuration  *prometheus.HistogramVec // kube-proxy's conntrack reconciler: one stale-flow walk
 	ConntrackReconcile *prometheus.CounterVec   // entries that walk deleted, by family
 	SetGrowths         prometheus.Counter
+	CriticalProgrammed prometheus.Gauge
 
 	families []string // the node's, set by the runner
 }
@@ -71,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
 			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
-			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths)
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths, m.CriticalProgrammed)
 	}
 	return m
 }
@@ -158,6 +159,8 @@ func (m *Metrics) newOwnMetrics() {
 		"ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries")
 	m.ConntrackDeleted = ownCounter("conntrack_udp_entries_deleted_total",
 		"Stale UDP conntrack entries deleted after their backend went away")
+	m.CriticalProgrammed = ownGauge("critical_services_programmed_seconds",
+		"Seconds from the proxy's start until every critical Service (--critical-services and default/kubernetes) of the informers' initial lists was programmed, endpoints included; 0 until then")
 }
 
 // setFamilies records the families the node serves.
@@ -254,3 +257,5 @@ func (m *Metrics) servicesFailing(n int) { m.ServicesFailing.Set(float64(n)) }
 func (m *Metrics) draining(n int) { m.Draining.Set(float64(n)) }
 
 func (m *Metrics) services(n int) { m.ServicesProgrammed.Set(float64(n)) }
+
+func (m *Metrics) criticalProgrammed(d time.Duration) { m.CriticalProgrammed.Set(d.Seconds()) }

@@ -55,6 +55,11 @@ type RunnerConfig struct {
 	RetryBase, RetryMax time.Duration
 	// Clock is the runner's time (nil: the real one); tests step a fake.
 	Clock clock.WithTickerAndDelayedExecution
+	// Critical are the services synced before the others (keyQueue).
+	Critical CriticalServices
+	// Started is when the proxy started (zero: when Run is called); the
+	// time the critical services took is counted from it.
+	Started time.Time
 }
 
 // Runner drives the reconciler: it coalesces changed keys from the Tracker
@@ -73,20 +78,24 @@ type Runner struct {
 	rec     *Reconciler
 	metrics *Metrics
 
-	queue       workqueue.TypedInterface[string]   // changed service keys
+	queue       workqueue.TypedInterface[string] // changed service keys
+	order       *keyQueue                        // the queue's storage: critical keys first
+	critical    *criticalProgress
 	retry       workqueue.TypedRateLimiter[string] // per-key backoff
 	passBackoff workqueue.TypedRateLimiter[string] // backoff of failed passes
 	ev          *events
 
 	rep *reporter
 
-	lastQueued atomic.Int64 // unix nanos of the oldest change not yet synced; 0 when none
-	lastSynced atomic.Int64 // unix nanos of the end of the last batch without a node-wide failure
-	fullDone   atomic.Bool  // the first full pass (adoption) has completed
+	lastQueued atomic.Int64  // unix nanos of the oldest change not yet synced; 0 when none
+	lastSynced atomic.Int64  // unix nanos of the end of the last batch without a node-wide failure
+	ready      chan struct{} // closed when the first full pass has completed
+	readyOnce  gosync.Once
 	// informersSynced: the informers' handlers have had their initial
 	// lists. No full pass (and so no prune) starts before.
 	informersSynced atomic.Bool
-	passStart       time.Time // when the running full pass began
+	listedAt        atomic.Int64 // nanoseconds from Started to informersSynced
+	passStart       time.Time    // when the running full pass began
 }
 
 // NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the
@@ -121,15 +130,24 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 		rec:         rec,
 		metrics:     m,
 		rep:         newReporter(cfg.Events, t, m),
-		queue:       workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "ipvsproxy", Clock: cfg.Clock}),
+		critical:    newCriticalProgress(),
+		ready:       make(chan struct{}),
 		retry:       workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		passBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
 		ev:          newEvents(),
 	}
+	r.order = newKeyQueue(r.isCritical)
+	r.queue = newRunnerQueue(r.order, cfg.Clock)
 	m.setFamilies(cfg.Build.IPv6)
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
 	return r
+}
+
+// newRunnerQueue is client-go's workqueue (a key queued while it syncs
+// is synced again after) in the order of keys.
+func newRunnerQueue(keys *keyQueue, clk clock.WithTicker) workqueue.TypedInterface[string] {
+	return workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "ipvsproxy", Clock: clk, Queue: keys})
 }
 
 // events are what reaches the sync loop besides the queued keys: each is
@@ -179,7 +197,15 @@ func (r *Runner) changed(key string, endpoints bool) {
 	now := r.clock.Now()
 	r.lastQueued.CompareAndSwap(0, now.UnixNano())
 	r.metrics.changed(endpoints, now)
+	if r.critical.following() && r.isCritical(key) {
+		r.critical.changed(key)
+	}
 	r.enqueue(key)
+}
+
+// isCritical reports whether key is one of the services synced first.
+func (r *Runner) isCritical(key string) bool {
+	return r.cfg.Critical.Has(key, func() *v1.Service { s, _ := r.tracker.Get(key); return s })
 }
 
 func (r *Runner) enqueue(key string) {
@@ -198,12 +224,17 @@ func (r *Runner) requestPass() { signal(r.ev.passWanted) }
 // be read up front, nothing is written before the informers are synced.
 func (r *Runner) Run(ctx context.Context, synced func() bool) {
 	defer r.queue.ShutDown()
+	if r.cfg.Started.IsZero() {
+		r.cfg.Started = r.clock.Now()
+	}
 	streaming := r.beginStreaming()
 	go func() {
 		if !r.waitFor(ctx, synced) {
 			return
 		}
+		r.listedAt.Store(int64(r.clock.Since(r.cfg.Started)))
 		r.informersSynced.Store(true)
+		r.reportCritical()
 		r.requestPass()
 		r.tick(ctx)
 	}()

@@ -19,7 +19,9 @@ import (
 //
 // What stays is what Build, the Tracker and Warning Events use: names,
 // namespace, UID and resourceVersion (the Event's object reference), the
-// builder's annotations, the slice's service-name label, the specs, the
+// builder's annotations, the slice's service-name label, a Service's
+// labels that make it critical (only those: see CriticalServices), the
+// specs, the
 // load balancer status and the endpoints' addresses, conditions, zone,
 // node name (locality and AnnotationWeights) and hints.
 //
@@ -34,12 +36,14 @@ import (
 // The object is changed in place: client-go hands the transform an object
 // it has just decoded and nobody else holds. The fuzz test builds every
 // input both ways and requires the same result.
-func StripForProxy(node string) cache.TransformFunc {
+func StripForProxy(node string, critical CriticalServices) cache.TransformFunc {
 	here := &node
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *v1.Service:
+			kept := critical.keepLabels(o.Labels)
 			stripService(o)
+			o.Labels = kept
 		case *discovery.EndpointSlice:
 			stripSlice(o, here)
 		case cache.DeletedFinalStateUnknown:

@@ -31,7 +31,7 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	sl.Endpoints[0].Hostname = ptr.To("web-0")
 	sl.Endpoints[0].Zone = ptr.To("zone-a")
 
-	strip := StripForProxy("n1")
+	strip := StripForProxy("n1", CriticalServices{})
 	if _, err := strip(s); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 		return sl
 	}
 	a, b := mk("web-a"), mk("web-b")
-	strip := StripForProxy("n1")
+	strip := StripForProxy("n1", CriticalServices{})
 	strip(a)
 	strip(b)
 	if cap(a.Endpoints) != len(a.Endpoints) {
@@ -104,5 +104,30 @@ func TestInternTableBounded(t *testing.T) {
 	}
 	if tab.intern(nil) != nil {
 		t.Error("intern(nil) is not nil")
+	}
+}
+
+// TestStripKeepsOnlyCriticalLabels: a Service keeps the labels that make
+// it critical and nothing else; a Service matching no term keeps none.
+func TestStripKeepsOnlyCriticalLabels(t *testing.T) {
+	crit, err := ParseCriticalServices([]string{"k8s-app=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strip := StripForProxy("n1", crit)
+	dns := svc("kube-system", "coredns", "10.96.0.10", "53")
+	dns.Labels = map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
+	other := svc("apps", "web", "10.96.0.11", "80")
+	other.Labels = map[string]string{"k8s-app": "web"}
+	for _, s := range []*v1.Service{dns, other} {
+		if _, err := strip(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dns.Labels) != 1 || dns.Labels["k8s-app"] != "kube-dns" {
+		t.Errorf("critical Service's labels after strip: %v, want only k8s-app=kube-dns", dns.Labels)
+	}
+	if other.Labels != nil {
+		t.Errorf("a Service matching no term kept labels %v", other.Labels)
 	}
 }

@@ -50,7 +50,7 @@ func TestWeightsAnnotation(t *testing.T) {
 		k := newKernel(t)
 		e := newEngine(t, k)
 		s, sl := weightedService(c.weights)
-		strip := StripForProxy(testNode)
+		strip := StripForProxy(testNode, CriticalServices{})
 		strip(s)
 		strip(sl)
 		if p := Build(s, []*discovery.EndpointSlice{sl}, &e.cfg).Problems; len(p) != 0 {

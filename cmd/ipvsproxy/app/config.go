@@ -60,6 +60,12 @@ type IPVSProxyConfiguration struct {
 	// GracefulTerminationPeriod is --ipvs-graceful-termination-period; a
 	// pointer because 0 ("delete at once") differs from unset (30 s).
 	GracefulTerminationPeriod *metav1.Duration `json:"gracefulTerminationPeriod,omitempty"`
+	// CriticalServices is --critical-services. Not omitted when empty:
+	// an empty list (only default/kubernetes) differs from unset (the
+	// default list).
+	CriticalServices []string `json:"criticalServices"`
+	// RemoveStartupTaint is --remove-startup-taint.
+	RemoveStartupTaint string `json:"removeStartupTaint,omitempty"`
 }
 
 // ConfigFile is a decoded --config file.
@@ -284,7 +290,9 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 		b = append(b,
 			binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }},
 			binding{"rulesBackend", "rules-backend", e.RulesBackend != "", func() { o.RulesBackend = e.RulesBackend }},
-			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }})
+			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }},
+			binding{"criticalServices", "critical-services", e.CriticalServices != nil, func() { o.CriticalServices = append([]string{}, e.CriticalServices...) }},
+			binding{"removeStartupTaint", "remove-startup-taint", e.RemoveStartupTaint != "", func() { o.RemoveStartupTaint = e.RemoveStartupTaint }})
 	}
 	return b
 }
@@ -488,6 +496,8 @@ func (o *Options) EffectiveConfig() ([]byte, error) {
 		IPTablesBackend:           o.IPTablesBackend,
 		RulesBackend:              o.RulesBackend,
 		GracefulTerminationPeriod: &metav1.Duration{Duration: o.GracePeriod},
+		CriticalServices:          o.CriticalServices,
+		RemoveStartupTaint:        o.RemoveStartupTaint,
 	})
 	if err != nil {
 		return nil, err

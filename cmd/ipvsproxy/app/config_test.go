@@ -56,6 +56,8 @@ apiVersion: ipvsproxy.io/v1alpha1
 kind: IPVSProxyConfiguration
 iptablesBackend: nft
 gracefulTerminationPeriod: 0s
+criticalServices: [kube-system/coredns, app=dns]
+removeStartupTaint: node.ipvsproxy.io/proxy-not-ready
 `
 
 // kubeadmFile is what kubeadm writes into the kube-proxy ConfigMap: every
@@ -168,6 +170,7 @@ func TestConfigFileValues(t *testing.T) {
 	full.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
 	full.DetectLocalMode, full.PodIfacePrefix, full.GracePeriod = "InterfaceNamePrefix", "veth", 0
 	full.BindAddress, full.OOMScoreAdj = "10.0.0.7", -500
+	full.CriticalServices, full.RemoveStartupTaint = []string{"kube-system/coredns", "app=dns"}, "node.ipvsproxy.io/proxy-not-ready"
 	full.Conntrack = conntrackTuning{MaxPerCore: 65536, Min: 262144, TCPEstablished: 12 * time.Hour, TCPCloseWait: 30 * time.Minute,
 		UDP: 45 * time.Second, UDPStream: 3 * time.Minute, TCPBeLiberal: true}
 
@@ -185,6 +188,9 @@ func TestConfigFileValues(t *testing.T) {
 	profiling := *NewOptions()
 	profiling.EnableProfiling = true
 
+	onlyKubernetes := *NewOptions()
+	onlyKubernetes.CriticalServices = []string{}
+
 	bareIP := *NewOptions()
 	bareIP.HealthzBindAddress, bareIP.MetricsBindAddress = "10.0.0.5:10256", "[::1]:10249"
 
@@ -200,6 +206,7 @@ func TestConfigFileValues(t *testing.T) {
 		{"bare IP bind addresses get kube-proxy's ports", kpHeader + "healthzBindAddress: 10.0.0.5\nmetricsBindAddress: \"::1\"\n", nil, bareIP},
 		{"empty mode is ipvs", kpHeader + "mode: \"\"\n", nil, *NewOptions()},
 		{"enableProfiling", kpHeader + "enableProfiling: true\n", nil, profiling},
+		{"an empty criticalServices is not the default", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ncriticalServices: []\n", nil, onlyKubernetes},
 		{"explicit conntrack zeros leave the kernel alone", kpHeader + "conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 0s\n", nil, ctZero},
 	}
 	for _, c := range cases {
@@ -234,6 +241,8 @@ func TestConfigFileErrors(t *testing.T) {
 		{"bad bind address names the field", kpHeader + "metricsBindAddress: localhost:10249\n", `metricsBindAddress: --metrics-bind-address "localhost:10249": want ip:port`},
 		{"bad content type names the field", kpHeader + "clientConnection:\n  contentType: text/plain\n", `clientConnection.contentType: --kube-api-content-type "text/plain"`},
 		{"negative grace period names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ngracefulTerminationPeriod: -5s\n", `gracefulTerminationPeriod: --ipvs-graceful-termination-period -5s: must not be negative`},
+		{"bad critical service names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ncriticalServices: [kube-dns]\n", `criticalServices: --critical-services "kube-dns": want NAMESPACE/NAME`},
+		{"bad taint key names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nremoveStartupTaint: \"a b\"\n", `removeStartupTaint: --remove-startup-taint "a b": not a taint key`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
 		{"bad rules backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nrulesBackend: ebpf\n", `rulesBackend: --rules-backend "ebpf": want iptables or nftables`},
 		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},

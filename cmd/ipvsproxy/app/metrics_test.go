@@ -85,6 +85,7 @@ func shape(mf *dto.MetricFamily) string {
 type idleSource struct{}
 
 func (idleSource) Pending() (time.Time, time.Time) { return time.Time{}, time.Time{} }
+func (idleSource) Ready() bool                     { return false }
 
 // recorder keeps what is registered, so that every vector can be given
 // a series (a vector without one is not gathered).

@@ -42,8 +42,10 @@ type Options struct {
 	PodBridge          string
 	PodIfacePrefix     string
 	GracePeriod        time.Duration
-	StatsMaxServices   int    // --stats-max-services: per-service traffic metrics for at most this many virtual servers; 0: none
-	BindAddress        string // the node IP when specific (see nodeip.go)
+	StatsMaxServices   int      // --stats-max-services: per-service traffic metrics for at most this many virtual servers; 0: none
+	CriticalServices   []string // --critical-services: programmed first on start (sync.ParseCriticalServices)
+	RemoveStartupTaint string   // --remove-startup-taint: a taint key removed from the Node once ready; "": none
+	BindAddress        string   // the node IP when specific (see nodeip.go)
 	OOMScoreAdj        int32
 	Conntrack          conntrackTuning
 	APIQPS             float32 // --kube-api-qps
@@ -72,6 +74,7 @@ func NewOptions() *Options {
 		IPTablesBackend:    "auto",
 		RulesBackend:       RulesBackendIPTables,
 		GracePeriod:        30 * time.Second,
+		CriticalServices:   append([]string(nil), sync.DefaultCriticalServices...),
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		BindAddress:        "0.0.0.0",
@@ -120,6 +123,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "ip:port for /metrics; empty disables.")
 	fs.BoolVar(&o.EnableProfiling, "profiling", o.EnableProfiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the metrics address, as kube-proxy does.")
 	o.addNodeFlags(fs)
+	o.addStartFlags(fs)
 	fs.IntVar(&o.StatsMaxServices, "stats-max-services", o.StatsMaxServices, "Export ipvsproxy_service_* traffic metrics (5 series each, read from the kernel on scrape) for at most this many virtual servers; the rest are skipped with a log line. 0 (the default) exports none: on a large cluster they are 5 series per virtual server on every node.")
 	fs.Float32Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "Queries per second to the API server (0: client-go's default, 5).")
 	fs.Int32Var(&o.APIBurst, "kube-api-burst", o.APIBurst, "Burst of queries to the API server (0: client-go's default, 10).")
@@ -162,6 +166,7 @@ type parsed struct {
 	exclude      []netip.Prefix
 	nodePorts    nodewatch.NodePortFilter
 	detector     iptables.LocalDetector
+	critical     sync.CriticalServices
 }
 
 // parse validates the options and returns them parsed; an error is one
@@ -180,6 +185,9 @@ func (o *Options) parse() (parsed, error) {
 	}
 	if err == nil {
 		p.detector, err = o.localDetector(p.clusterCIDRs)
+	}
+	if err == nil {
+		p.critical, err = o.criticalServices()
 	}
 	return p, err
 }
@@ -213,6 +221,9 @@ func (o *Options) check() error {
 		return err
 	}
 	if err := o.validateAPIClient(); err != nil {
+		return err
+	}
+	if err := o.validateStartupTaint(); err != nil {
 		return err
 	}
 	if o.StatsMaxServices < 0 {

@@ -44,6 +44,7 @@ import (
 // Run runs the proxy until SIGINT/SIGTERM or ctx ends. Stopping leaves the
 // kernel as it is: traffic keeps flowing while the proxy restarts.
 func Run(ctx context.Context, o *Options) error {
+	started := time.Now()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -92,7 +93,7 @@ func Run(ctx context.Context, o *Options) error {
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
 		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
 
-	eng := newEngine(o, kernel, setup, metrics, reg, client, nodeName, v6)
+	eng := newEngine(o, kernel, setup, metrics, reg, client, nodeName, v6, started)
 	defer eng.close()
 	tracker, runner, healthChecks := eng.tracker, eng.runner, eng.healthChecks
 	npFilter := o.parsed.nodePorts
@@ -121,9 +122,12 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	synced, err := startInformers(ctx, client, nodeName, tracker, node.Handler())
+	synced, err := startInformers(ctx, client, nodeName, o.parsed.critical, tracker, node.Handler())
 	if err != nil {
 		return err
+	}
+	if o.RemoveStartupTaint != "" {
+		go startupTaint{client: client, node: nodeName, key: o.RemoveStartupTaint, retryMax: time.Minute}.removeWhenReady(ctx, runner.Readied())
 	}
 	runner.Run(ctx, synced)
 	klog.InfoS("Stopped; kernel state left in place")
@@ -208,7 +212,7 @@ func (e *engine) close() {
 // and what they report through: Events, health-check node ports, the
 // conntrack cleaner, metrics.
 func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.Metrics, reg prometheus.Registerer,
-	client kubernetes.Interface, nodeName string, v6 bool) *engine {
+	client kubernetes.Interface, nodeName string, v6 bool, started time.Time) *engine {
 	e := &engine{}
 	rec := newReconciler(o, kernel, setup, metrics, nodeName)
 	var cleaner conntrack.Cleaner
@@ -237,6 +241,8 @@ func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.
 		OnFullSync:      afterFullSync(sizingCheck(reg), setup.retire),
 		SchedulerLoaded: ipvs.SchedulerLoaded,
 		Metrics:         metrics,
+		Critical:        o.parsed.critical,
+		Started:         started,
 	}, e.tracker, rec)
 	return e
 }
@@ -278,13 +284,15 @@ func serveAll(ctx context.Context, o *Options, health *healthz.Server, reg *prom
 
 // startInformers starts the Service, EndpointSlice and Node informers
 // feeding the tracker and the node watcher, and returns when their
-// handlers have had the initial lists (handlersSynced).
-func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, tracker *sync.Tracker, nodeHandler cache.ResourceEventHandler) (func() bool, error) {
+// handlers have had the initial lists (handlersSynced). The transform
+// keeps the labels that make a Service critical.
+func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, critical sync.CriticalServices,
+	tracker *sync.Tracker, nodeHandler cache.ResourceEventHandler) (func() bool, error) {
 	svcInformer, sliceInformer, nodeInformer := newInformers(client, nodeName)
 	for _, inf := range []cache.SharedIndexInformer{svcInformer, sliceInformer} {
 		// Keep only what the proxy reads: the caches hold every Service
 		// and EndpointSlice of the cluster.
-		if err := inf.SetTransform(sync.StripForProxy(nodeName)); err != nil {
+		if err := inf.SetTransform(sync.StripForProxy(nodeName, critical)); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
@@ -32,19 +34,13 @@ func pollDelay(el time.Duration) time.Duration {
 
 // runChanges adds or removes the extra endpoint of random services and
 // times each from just before its API write to the kernel showing it on
-// the service's ClusterIP virtual server (one netlink dump of that
-// virtual server per look). With c.interval 0 the changes are serial: the
+// the service's ClusterIP (kernelView.backends: a netlink dump or two of
+// that service's objects per look). With c.interval 0 the changes are serial: the
 // next is written c.gap after the previous one showed. Otherwise a change
 // is written every c.interval whether or not the earlier ones showed yet
 // (open loop, as in a cluster where endpoints keep changing): a change
 // that arrives while the proxy is busy waits, and that wait is measured.
-func runChanges(ctx context.Context, c *config, w *workload, px *proc.Process, r *result) {
-	rw, err := newRealWatcher()
-	if err != nil {
-		r.err = fmt.Sprintf("netlink: %v", err)
-		return
-	}
-	defer rw.close()
+func runChanges(ctx context.Context, c *config, w *workload, v kernelView, px *proc.Process, r *result) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(len(w.svcs))))
 	var inflight []*change
 	busy := map[*benchSvc]bool{}
@@ -62,6 +58,7 @@ func runChanges(ctx context.Context, c *config, w *workload, px *proc.Process, r
 				s = w.svcs[rng.IntN(len(w.svcs))]
 			}
 			ch := &change{svc: s, begin: time.Now()}
+			var err error
 			ch.ip, ch.added, err = w.toggle(ctx, s)
 			if err != nil {
 				r.err = err.Error()
@@ -75,7 +72,7 @@ func runChanges(ctx context.Context, c *config, w *workload, px *proc.Process, r
 			nextWrite = ch.begin.Add(c.interval)
 		}
 		before := len(inflight)
-		inflight = lookAt(rw, inflight, busy, r)
+		inflight = lookAt(v, inflight, busy, r)
 		if c.interval == 0 && before > 0 && len(inflight) == 0 {
 			nextWrite = time.Now().Add(c.gap)
 		}
@@ -88,7 +85,7 @@ func runChanges(ctx context.Context, c *config, w *workload, px *proc.Process, r
 }
 
 // lookAt checks the changes that are due and returns those still in flight.
-func lookAt(rw *realWatcher, inflight []*change, busy map[*benchSvc]bool, r *result) []*change {
+func lookAt(v kernelView, inflight []*change, busy map[*benchSvc]bool, r *result) []*change {
 	keep := inflight[:0]
 	for _, ch := range inflight {
 		now := time.Now()
@@ -96,10 +93,10 @@ func lookAt(rw *realWatcher, inflight []*change, busy map[*benchSvc]bool, r *res
 			keep = append(keep, ch)
 			continue
 		}
-		got, err := rw.active(ch.svc.clusterIP, servicePort, ch.ip, targetPort)
+		got, err := shows(v, ch.svc, ch.ip, ch.added)
 		el := time.Since(ch.begin)
 		switch {
-		case err == nil && got == ch.added:
+		case err == nil && got:
 			r.Latencies = append(r.Latencies, el)
 			// Seen before the Update call returned (the watch event can
 			// beat the response) counts as 1 µs.
@@ -107,7 +104,7 @@ func lookAt(rw *realWatcher, inflight []*change, busy map[*benchSvc]bool, r *res
 			delete(busy, ch.svc)
 		case now.After(ch.deadline):
 			r.Failures++
-			logf("%s: %s real server %s active=%v not seen within %v (last error %v)",
+			logf("%s: %s backend %s active=%v not seen within %v (last error %v)",
 				r.Proxy, ch.svc.name, ch.ip, ch.added, el.Round(time.Millisecond), err)
 			delete(busy, ch.svc)
 		default:
@@ -132,4 +129,14 @@ func sleepUntilDue(inflight []*change, moreToWrite bool, nextWrite time.Time, c 
 	if d := time.Until(wake); !wake.IsZero() && d > 0 {
 		time.Sleep(d)
 	}
+}
+
+// shows reports whether the kernel sends s's ClusterIP traffic to
+// ip:targetPort (added) or no longer does (removed).
+func shows(v kernelView, s *benchSvc, ip string, added bool) (bool, error) {
+	got, err := v.backends(s)
+	if err != nil {
+		return false, err
+	}
+	return got[net.JoinHostPort(ip, strconv.Itoa(targetPort))] == added, nil
 }

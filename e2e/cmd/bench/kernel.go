@@ -13,6 +13,29 @@ import (
 	"github.com/moby/ipvs"
 )
 
+// kernelView is how the benchmark reads one proxy's data plane: IPVS
+// (and ipsets) for ipvsproxy and kube-proxy's IPVS mode, nf_tables for
+// kube-proxy's nftables mode. Every look is a read the benchmark makes
+// itself over netlink or /proc: no process is spawned while timing.
+type kernelView interface {
+	// progress compares the kernel with the whole workload.
+	progress() (progress, error)
+	// backends returns the addresses ("IP:port") that new connections to
+	// s's ClusterIP are sent to; nil when the ClusterIP is not programmed.
+	backends(s *benchSvc) (map[string]bool, error)
+	// withdrawn reports whether s's ClusterIP is no longer served.
+	withdrawn(s *benchSvc) (bool, error)
+	close()
+}
+
+// progress is how much of the workload the kernel holds.
+type progress struct {
+	want, done int  // frontends (ClusterIP, NodePort) expected / sending to exactly their backends
+	complete   bool // done == want and the sets or maps that admit the traffic are filled too
+	frontends  int  // all IPv4 TCP frontends in the kernel (virtual servers, map elements)
+	backends   int  // all backends behind them (real servers, map elements)
+}
+
 // ipvsTable is the kernel's IPv4 TCP virtual servers: "VIP:port" → real
 // server "IP:port" → weight.
 type ipvsTable map[string]map[string]int
@@ -44,21 +67,12 @@ func readIPVS() (ipvsTable, error) {
 	return t, err
 }
 
-// progress is how much of the workload the kernel holds.
-type progress struct {
-	wantVS, doneVS int // virtual servers expected / holding exactly their active real servers
-	vs, reals      int // all IPv4 TCP virtual servers and real servers in the kernel
-}
-
 // expectedVS lists every virtual server the workload asks for with its
 // real servers: the ClusterIP and, for NodePort services, nodeIP:nodePort.
 func (w *workload) expectedVS(nodeIP string) map[string][]string {
 	want := make(map[string][]string, len(w.svcs)*6/5)
 	for _, s := range w.svcs {
-		reals := make([]string, 0, len(s.slice.Endpoints))
-		for _, ep := range s.slice.Endpoints {
-			reals = append(reals, net.JoinHostPort(ep.Addresses[0], strconv.Itoa(targetPort)))
-		}
+		reals := s.wantBackends()
 		want[net.JoinHostPort(s.clusterIP, strconv.Itoa(servicePort))] = reals
 		if s.nodePort != 0 {
 			want[net.JoinHostPort(nodeIP, strconv.Itoa(int(s.nodePort)))] = reals
@@ -67,72 +81,105 @@ func (w *workload) expectedVS(nodeIP string) map[string][]string {
 	return want
 }
 
+// wantBackends is "IP:targetPort" of each endpoint the service's slice holds.
+func (s *benchSvc) wantBackends() []string {
+	out := make([]string, 0, len(s.slice.Endpoints))
+	for _, ep := range s.slice.Endpoints {
+		out = append(out, net.JoinHostPort(ep.Addresses[0], strconv.Itoa(targetPort)))
+	}
+	return out
+}
+
+// sameBackends reports whether got holds exactly want.
+func sameBackends(got map[string]bool, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, b := range want {
+		if !got[b] {
+			return false
+		}
+	}
+	return true
+}
+
 // measure compares the kernel with want: a virtual server is done when
 // its real servers with weight > 0 are exactly the wanted ones.
 func measure(t ipvsTable, want map[string][]string) progress {
-	p := progress{wantVS: len(want), vs: len(t)}
+	p := progress{want: len(want), frontends: len(t)}
 	for _, rs := range t {
-		p.reals += len(rs)
+		p.backends += len(rs)
 	}
 	for vs, reals := range want {
-		got, ok := t[vs]
-		if !ok {
-			continue
-		}
-		active := 0
-		for _, w := range got {
+		active := map[string]bool{}
+		for r, w := range t[vs] {
 			if w > 0 {
-				active++
+				active[r] = true
 			}
 		}
-		if active != len(reals) {
-			continue
-		}
-		all := true
-		for _, r := range reals {
-			if got[r] <= 0 {
-				all = false
-				break
-			}
-		}
-		if all {
-			p.doneVS++
+		if sameBackends(active, reals) {
+			p.done++
 		}
 	}
 	return p
 }
 
-// setEntries is the number of entries of an ipset, -1 when the set does
-// not exist yet.
-func setEntries(name string) int { return ipsets.Entries(name) }
+// ipvsView reads IPVS and the ipsets: the data plane of both IPVS proxies.
+type ipvsView struct {
+	w      *workload
+	nodeIP string
+	h      *ipvs.Handle
+}
 
-// realWatcher polls one virtual server's real servers over netlink (one
-// GET_DEST dump of that virtual server, no process): the timing loop of
-// the single-endpoint changes.
-type realWatcher struct{ h *ipvs.Handle }
-
-func newRealWatcher() (*realWatcher, error) {
+func newIPVSView(w *workload, nodeIP string) (kernelView, error) {
 	h, err := ipvs.New("")
 	if err != nil {
 		return nil, err
 	}
-	return &realWatcher{h: h}, nil
+	return &ipvsView{w: w, nodeIP: nodeIP, h: h}, nil
 }
 
-// active reports whether ip:port is a real server of vip:port with weight > 0.
-func (rw *realWatcher) active(vip string, port int, ip string, rport int) (bool, error) {
-	svc := &ipvs.Service{AddressFamily: 2 /* AF_INET */, Protocol: 6 /* TCP */, Address: net.ParseIP(vip).To4(), Port: uint16(port)}
-	dests, err := rw.h.GetDestinations(svc)
+// progress: every virtual server complete, and KUBE-CLUSTER-IP and
+// KUBE-NODE-PORT-TCP hold an entry per service (without them the fixed
+// iptables rules do not accept the traffic).
+func (v *ipvsView) progress() (progress, error) {
+	t, err := readIPVS()
 	if err != nil {
-		return false, err
+		return progress{}, err
 	}
-	want := net.ParseIP(ip)
+	p := measure(t, v.w.expectedVS(v.nodeIP))
+	p.complete = p.done == p.want &&
+		ipsets.Entries("KUBE-CLUSTER-IP") >= len(v.w.svcs) && ipsets.Entries("KUBE-NODE-PORT-TCP") >= v.w.nodePorts()
+	return p, nil
+}
+
+func (v *ipvsView) service(s *benchSvc) *ipvs.Service {
+	return &ipvs.Service{AddressFamily: 2 /* AF_INET */, Protocol: 6, /* TCP */
+		Address: net.ParseIP(s.clusterIP).To4(), Port: servicePort}
+}
+
+// backends polls one virtual server's real servers over netlink (one
+// GET_DEST dump of that virtual server): the timing loop of the changes.
+func (v *ipvsView) backends(s *benchSvc) (map[string]bool, error) {
+	svc := v.service(s)
+	dests, err := v.h.GetDestinations(svc)
+	if err != nil {
+		if !v.h.IsServicePresent(svc) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := make(map[string]bool, len(dests))
 	for _, d := range dests {
-		if d.Address.Equal(want) && int(d.Port) == rport {
-			return d.Weight > 0, nil
+		if d.Weight > 0 {
+			out[net.JoinHostPort(d.Address.String(), strconv.Itoa(int(d.Port)))] = true
 		}
 	}
-	return false, nil
+	return out, nil
 }
 
-func (rw *realWatcher) close() { rw.h.Close() }
+func (v *ipvsView) withdrawn(s *benchSvc) (bool, error) {
+	return !v.h.IsServicePresent(v.service(s)), nil
+}
+
+func (v *ipvsView) close() { v.h.Close() }

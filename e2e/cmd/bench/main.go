@@ -1,19 +1,21 @@
 //go:build e2e
 
 // Command bench is the kernel benchmark of ipvsproxy against kube-proxy's
-// IPVS mode. It runs inside the user-mode-Linux sandbox, after
+// IPVS and nftables modes. It runs inside the user-mode-Linux sandbox, after
 // e2e/guest/cluster.sh has started etcd and kube-apiserver (e2e/bench.sh
 // does all of it):
 //
-//	bench --n "1000 5000" --ipvsproxy bin/ipvsproxy --kube-proxy PATH
+//	bench --n "1000 5000" --ipvsproxy bin/ipvsproxy --kube-proxy PATH --kube-proxy-modes "ipvs nftables"
 //
 // For each N (ascending; the cluster grows between sizes) it creates the
 // Services and EndpointSlices through the API server with parallel
 // clients, then runs each proxy alone on a cleaned node: time from start
-// to the kernel holding every virtual server with its real servers and
-// the ClusterIP and NodePort set entries; then single-endpoint changes,
-// each timed from the API write to the kernel showing it; CPU seconds and
-// peak RSS of the proxy. It prints a table per N with ratios.
+// to the kernel holding every service with its backends and the sets or
+// maps that admit its traffic; then single-endpoint changes, each timed
+// from the API write to the kernel showing it; services added and
+// deleted; CPU seconds and peak RSS of the proxy; last a restart on the
+// programmed node, timed until a change written at the restart shows. It
+// prints a table per N with ratios.
 package main
 
 import (
@@ -34,9 +36,11 @@ import (
 type config struct {
 	sizes          []int
 	changes        int
+	lifecycles     int
 	workers        int
 	ipvsproxy      string
 	kubeProxy      string
+	kubeProxyModes []string
 	kubeconfig     string
 	node, nodeIP   string
 	results        string
@@ -55,6 +59,9 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&c.workers, "workers", 16, "parallel API clients creating the services")
 	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "", "ipvsproxy binary (empty: skip)")
 	flag.StringVar(&c.kubeProxy, "kube-proxy", "", "kube-proxy binary (empty: skip)")
+	var modes string
+	flag.StringVar(&modes, "kube-proxy-modes", "ipvs", "kube-proxy's modes to measure, in order: ipvs, nftables (space or comma separated)")
+	flag.IntVar(&c.lifecycles, "service-changes", 5, "services added and then deleted, one at a time, per proxy and size")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("E2E_KUBECONFIG"), "kubeconfig of the sandbox API server")
 	flag.StringVar(&c.node, "node", os.Getenv("E2E_NODE"), "the sandbox Node's name")
 	flag.StringVar(&c.nodeIP, "node-ip", "10.10.0.1", "the sandbox Node's address (NodePort virtual servers)")
@@ -65,6 +72,12 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&c.programTimeout, "program-timeout", 30*time.Minute, "give up waiting for the initial programming after this long")
 	flag.DurationVar(&c.changeTimeout, "change-timeout", 5*time.Minute, "give up waiting for one change after this long")
 	flag.Parse()
+	for _, m := range strings.FieldsFunc(modes, func(r rune) bool { return r == ' ' || r == ',' }) {
+		if m != "ipvs" && m != "nftables" {
+			return nil, fmt.Errorf("--kube-proxy-modes: %q is not ipvs or nftables", m)
+		}
+		c.kubeProxyModes = append(c.kubeProxyModes, m)
+	}
 	for _, f := range strings.FieldsFunc(sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
@@ -130,7 +143,7 @@ func run(ctx context.Context, c *config) error {
 		return err
 	}
 	w := &workload{cs: cs}
-	all := specs(c.ipvsproxy, c.kubeProxy, c.kubeconfig, c.node)
+	all := specs(c.ipvsproxy, c.kubeProxy, c.kubeProxyModes, c.kubeconfig, c.node)
 	if len(all) == 0 {
 		return fmt.Errorf("no proxy to measure (--ipvsproxy, --kube-proxy)")
 	}

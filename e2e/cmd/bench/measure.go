@@ -20,14 +20,21 @@ import (
 
 // result is one proxy's measurement at one size.
 type result struct {
-	Proxy      string          `json:"proxy"`
-	N          int             `json:"services"`
-	Programmed time.Duration   `json:"programmedNs"` // start → kernel complete; 0 if never
-	IPVSDone   time.Duration   `json:"ipvsDoneNs"`   // start → every virtual server complete (sets maybe not yet)
-	FirstSync  time.Duration   `json:"firstSyncNs"`  // start → the proxy's own metrics show a finished sync per family
-	VS, Reals  int             `json:"-"`
-	Latencies  []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
-	APIWrites  []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
+	Proxy        string          `json:"proxy"`
+	N            int             `json:"services"`
+	Programmed   time.Duration   `json:"programmedNs"`   // start → kernel complete; 0 if never
+	BackendsDone time.Duration   `json:"backendsDoneNs"` // start → every frontend sends to its backends (sets maybe not yet)
+	FirstSync    time.Duration   `json:"firstSyncNs"`    // start → the proxy's own metrics show a finished sync per family
+	VS, Reals    int             `json:"-"`
+	Latencies    []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
+	// ServiceAdds: Service create → its ClusterIP sends to every endpoint;
+	// ServiceDeletes: Service delete → its ClusterIP withdrawn.
+	ServiceAdds    []time.Duration `json:"serviceAddsNs"`
+	ServiceDeletes []time.Duration `json:"serviceDeletesNs"`
+	// Restart: the proxy started again on the node it programmed; from the
+	// start to a change written at that moment showing in the kernel.
+	Restart   time.Duration   `json:"restartNs"`
+	APIWrites []time.Duration `json:"apiWritesNs"` // the API write alone (Update returned)
 	// AfterWrites is each change's latency less its own API write, in the
 	// order of Latencies: the proxy's share, watch delivery included.
 	AfterWrites []time.Duration `json:"afterWritesNs"`
@@ -53,53 +60,72 @@ func (r *result) save(dir string) error {
 // measureProxy runs one proxy alone on a clean node over the workload.
 func measureProxy(ctx context.Context, c *config, w *workload, p proxySpec, all []proxySpec) *result {
 	r := &result{Proxy: p.name, N: len(w.svcs)}
-	fail := func(format string, args ...any) *result {
-		r.err = fmt.Sprintf(format, args...)
-		return r
+	if err := measureRun(ctx, c, w, p, all, r); err != nil && r.err == "" {
+		r.err = err.Error()
 	}
-	if err := w.resetExtras(ctx); err != nil {
-		return fail("reset: %v", err)
-	}
-	if err := cleanNode(all, logf); err != nil {
-		return fail("clean node: %v", err)
-	}
-	logf("%s: node clean; starting with %d services (%d NodePort) already in the API server", p.name, len(w.svcs), w.nodePorts())
-	px, err := proc.Start(p.name, "bench", p.path, p.args, filepath.Join(c.results, fmt.Sprintf("%s-%d.log", p.name, len(w.svcs))))
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer func() {
-		px.Stop(30 * time.Second)
-		logf("%s: stopped", p.name)
-	}()
-	begin := time.Now()
-	if err := waitProgrammed(c, w, px, begin, r); err != nil {
-		if u, uerr := px.Usage(); uerr == nil {
-			r.Total = u
-		}
-		return fail("%v", err)
-	}
-	r.InitCPU, _ = px.Usage()
-	logf("%s: kernel complete after %.1fs (%d virtual servers, %d real servers), %.1f CPU s",
-		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.CPUWithChildren)
-	// The changes measure a proxy at rest: a proxy may finish the kernel
-	// and still be inside its first sync (kube-proxy was, for minutes).
-	if err := waitFirstSync(c, px, begin, r); err != nil {
-		return fail("%v", err)
-	}
-	logf("%s: first sync finished after %.1fs", p.name, r.FirstSync.Seconds())
-	time.Sleep(2 * time.Second)
-	runChanges(ctx, c, w, px, r)
-	r.Total, err = px.Usage()
-	if err != nil {
-		return fail("usage: %v", err)
-	}
-	saveMetrics(filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-metrics.txt", len(w.svcs), p.name)))
-	saveURL("http://127.0.0.1:10249/debug/pprof/heap", filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-heap.pb.gz", len(w.svcs), p.name)))
 	if r.Failures > 0 && r.err == "" {
 		r.err = fmt.Sprintf("%d of %d changes not seen in the kernel", r.Failures, c.changes)
 	}
 	return r
+}
+
+// measureRun is measureProxy's sequence: program, endpoint changes,
+// service adds and deletes, usage, then a restart on the programmed node.
+func measureRun(ctx context.Context, c *config, w *workload, p proxySpec, all []proxySpec, r *result) error {
+	if err := w.resetExtras(ctx); err != nil {
+		return fmt.Errorf("reset: %v", err)
+	}
+	if err := cleanNode(all, logf); err != nil {
+		return fmt.Errorf("clean node: %v", err)
+	}
+	v, err := p.view(w, c.nodeIP)
+	if err != nil {
+		return err
+	}
+	defer v.close()
+	logf("%s: node clean; starting with %d services (%d NodePort) already in the API server", p.name, len(w.svcs), w.nodePorts())
+	logPath := filepath.Join(c.results, fmt.Sprintf("%s-%d.log", p.name, len(w.svcs)))
+	px, err := proc.Start(p.name, "bench", p.path, p.args, logPath)
+	if err != nil {
+		return err
+	}
+	running := true
+	defer func() {
+		if running {
+			px.Stop(30 * time.Second)
+		}
+	}()
+	begin := time.Now()
+	if err := waitProgrammed(c, v, px, begin, r); err != nil {
+		r.Total, _ = px.Usage()
+		return err
+	}
+	r.InitCPU, _ = px.Usage()
+	logf("%s: kernel complete after %.1fs (%d frontends, %d backends), %.1f CPU s",
+		p.name, r.Programmed.Seconds(), r.VS, r.Reals, r.InitCPU.CPUWithChildren)
+	// The changes measure a proxy at rest: a proxy may finish the kernel
+	// and still be inside its first sync (kube-proxy was, for minutes).
+	if err := waitFirstSync(c, px, begin, r); err != nil {
+		return err
+	}
+	logf("%s: first sync finished after %.1fs", p.name, r.FirstSync.Seconds())
+	time.Sleep(2 * time.Second)
+	runChanges(ctx, c, w, v, px, r)
+	if r.err != "" {
+		return nil
+	}
+	if err := runServiceChanges(ctx, c, w, v, px, r); err != nil {
+		return err
+	}
+	if r.Total, err = px.Usage(); err != nil {
+		return fmt.Errorf("usage: %v", err)
+	}
+	saveMetrics(filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-metrics.txt", len(w.svcs), p.name)))
+	saveURL("http://127.0.0.1:10249/debug/pprof/heap", filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-heap.pb.gz", len(w.svcs), p.name)))
+	px.Stop(30 * time.Second)
+	running = false
+	logf("%s: stopped; restarting it on the programmed node", p.name)
+	return measureRestart(ctx, c, w, v, p, logPath, r)
 }
 
 // saveMetrics keeps the proxy's /metrics (both serve kubeproxy_sync_*
@@ -162,43 +188,37 @@ func syncedAll() bool {
 	return seen > 0
 }
 
-// waitProgrammed polls the kernel until every expected virtual server
-// holds exactly its active real servers and KUBE-CLUSTER-IP and
-// KUBE-NODE-PORT-TCP hold an entry per service (the reads cost the guest's
+// waitProgrammed polls the kernel until every frontend the workload asks
+// for sends to exactly its backends and the sets or maps that admit the
+// traffic are filled (kernelView.progress). The reads cost the guest's
 // single CPU too, so the poll interval is at least 4× the last read's
-// cost: the poller takes at most ~20 % of it).
-func waitProgrammed(c *config, w *workload, px *proc.Process, begin time.Time, r *result) error {
-	want := w.expectedVS(c.nodeIP)
+// cost: the poller takes at most ~20 % of it.
+func waitProgrammed(c *config, v kernelView, px *proc.Process, begin time.Time, r *result) error {
 	lastLog := time.Now()
 	for {
 		if err := px.Exited(); err != nil {
 			return fmt.Errorf("%s exited during the initial programming: %v", r.Proxy, err)
 		}
 		readStart := time.Now()
-		t, err := readIPVS()
+		pr, err := v.progress()
 		if err != nil {
 			return err
 		}
-		pr := measure(t, want)
-		done := pr.doneVS == pr.wantVS
-		if done && r.IPVSDone == 0 {
-			r.IPVSDone = time.Since(begin)
-		}
-		if done {
-			done = setEntries("KUBE-CLUSTER-IP") >= len(w.svcs) && setEntries("KUBE-NODE-PORT-TCP") >= w.nodePorts()
-		}
 		el := time.Since(begin)
-		if done {
-			r.Programmed, r.VS, r.Reals = el, pr.vs, pr.reals
+		if pr.done == pr.want && r.BackendsDone == 0 {
+			r.BackendsDone = el
+		}
+		if pr.complete {
+			r.Programmed, r.VS, r.Reals = el, pr.frontends, pr.backends
 			return nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
-			logf("%s: %.0fs: %d/%d virtual servers complete (kernel: %d virtual, %d real servers)",
-				r.Proxy, el.Seconds(), pr.doneVS, pr.wantVS, pr.vs, pr.reals)
+			logf("%s: %.0fs: %d/%d frontends complete (kernel: %d frontends, %d backends)",
+				r.Proxy, el.Seconds(), pr.done, pr.want, pr.frontends, pr.backends)
 			lastLog = time.Now()
 		}
 		if el > c.programTimeout {
-			return fmt.Errorf("kernel not complete after %v: %d/%d virtual servers", c.programTimeout, pr.doneVS, pr.wantVS)
+			return fmt.Errorf("kernel not complete after %v: %d/%d frontends", c.programTimeout, pr.done, pr.want)
 		}
 		time.Sleep(max(250*time.Millisecond, 4*time.Since(readStart)))
 	}

@@ -19,7 +19,7 @@ type row struct {
 
 var rows = []row{
 	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
-	{"… of which IPVS complete (virtual + real servers)", "s", func(r *result) float64 { return secs(r.IPVSDone) }},
+	{"… of which every frontend sends to its backends (IPVS / nft chains)", "s", func(r *result) float64 { return secs(r.BackendsDone) }},
 	{"start → first sync finished (the proxy's own metric)", "s", func(r *result) float64 { return secs(r.FirstSync) }},
 	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.CPUWithChildren }},
 	{"one endpoint change, API write → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.Latencies); return ms(p) }},
@@ -28,8 +28,11 @@ var rows = []row{
 	{"of which the API write (Update call): p50", "ms", func(r *result) float64 { p, _ := percentiles(r.APIWrites); return ms(p) }},
 	{"one endpoint change, write returned → kernel: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.AfterWrites); return ms(p) }},
 	{"one endpoint change, write returned → kernel: p99", "ms", func(r *result) float64 { _, p := percentiles(r.AfterWrites); return ms(p) }},
+	{"one service added, create → kernel sends to all endpoints: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.ServiceAdds); return ms(p) }},
+	{"one service deleted, delete → ClusterIP withdrawn: p50", "ms", func(r *result) float64 { p, _ := percentiles(r.ServiceDeletes); return ms(p) }},
+	{"restart on the programmed node: start → a change shows", "s", func(r *result) float64 { return secs(r.Restart) }},
 	{"CPU, whole run (process)", "s", func(r *result) float64 { return r.Total.CPUSeconds }},
-	{"CPU, whole run (incl. children: iptables, ipset)", "s", func(r *result) float64 { return r.Total.CPUWithChildren }},
+	{"CPU, whole run (incl. children: iptables, ipset, nft)", "s", func(r *result) float64 { return r.Total.CPUWithChildren }},
 	{"peak RSS (VmHWM)", "MB", func(r *result) float64 { return float64(r.Total.HWMKB) / 1024 }},
 }
 
@@ -70,36 +73,33 @@ func fmtNum(v float64) string {
 }
 
 // renderTable is the Markdown table of one size: a column per proxy and,
-// with two proxies, the ratio second ÷ first (kube-proxy ÷ ipvsproxy:
-// how many times more time, CPU or memory kube-proxy takes).
+// for each proxy after the first, the ratio proxy ÷ first (kube-proxy ÷
+// ipvsproxy: how many times more time, CPU or memory kube-proxy takes).
+// CPU and RSS of the whole run cover the endpoint changes and the
+// service adds and deletes, not the restart.
 func renderTable(n int, w *workload, rate float64, workers int, res []*result) string {
 	var b strings.Builder
 	vs, reals := 0, 0
 	for _, r := range res {
 		vs, reals = max(vs, r.VS), max(reals, r.Reals)
 	}
-	fmt.Fprintf(&b, "N = %d services (%d NodePort), 10 endpoints each: %d virtual servers, %d real servers; "+
+	fmt.Fprintf(&b, "N = %d services (%d NodePort), 10 endpoints each: %d frontends, %d backends; "+
 		"created at %.1f services/s (%d clients)\n\n", n, w.nodePorts(), vs, reals, rate, workers)
 	b.WriteString("| measure |")
 	for _, r := range res {
 		fmt.Fprintf(&b, " %s |", r.Proxy)
 	}
-	if len(res) == 2 {
-		fmt.Fprintf(&b, " %s ÷ %s |", res[1].Proxy, res[0].Proxy)
+	for _, r := range res[min(1, len(res)):] {
+		fmt.Fprintf(&b, " %s ÷ %s |", r.Proxy, res[0].Proxy)
 	}
-	b.WriteString("\n|---|" + strings.Repeat("---:|", len(res)))
-	if len(res) == 2 {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	b.WriteString("\n|---|" + strings.Repeat("---:|", 2*len(res)-1) + "\n")
 	for _, row := range rows {
 		fmt.Fprintf(&b, "| %s (%s) |", row.label, row.unit)
 		for _, r := range res {
 			fmt.Fprintf(&b, " %s |", fmtNum(row.value(r)))
 		}
-		if len(res) == 2 {
-			a, z := row.value(res[0]), row.value(res[1])
-			fmt.Fprintf(&b, " %s× |", fmtNum(z/a))
+		for _, r := range res[min(1, len(res)):] {
+			fmt.Fprintf(&b, " %s× |", fmtNum(row.value(r)/row.value(res[0])))
 		}
 		b.WriteString("\n")
 	}
@@ -107,10 +107,7 @@ func renderTable(n int, w *workload, rate float64, workers int, res []*result) s
 	for _, r := range res {
 		fmt.Fprintf(&b, " %d / %d |", len(r.Latencies), r.Failures)
 	}
-	if len(res) == 2 {
-		b.WriteString(" |")
-	}
-	b.WriteString("\n")
+	b.WriteString(strings.Repeat(" |", len(res)-1) + "\n")
 	for _, r := range res {
 		if r.err != "" {
 			fmt.Fprintf(&b, "\n%s: %s\n", r.Proxy, r.err)

@@ -61,9 +61,15 @@ func endpointIP(i, j int) string {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
 }
 
-func newService(i int) *corev1.Service {
+// serviceName is the name of the workload's service i; addedName of the
+// services added and deleted while a proxy runs (their indices follow
+// the workload's, their names never meet a later size's).
+func serviceName(i int) string { return fmt.Sprintf("s%05d", i) }
+func addedName(i int) string   { return fmt.Sprintf("added%05d", i) }
+
+func newService(i int, name string) *corev1.Service {
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: fmt.Sprintf("s%05d", i)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: name},
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP,
 			Ports: []corev1.ServicePort{{
@@ -130,9 +136,9 @@ func retry(ctx context.Context, f func() error) error {
 	return err
 }
 
-// create writes service i and its slice.
-func (w *workload) create(ctx context.Context, i int) (*benchSvc, error) {
-	svc := newService(i)
+// create writes service i under name, and its slice.
+func (w *workload) create(ctx context.Context, i int, name string) (*benchSvc, error) {
+	svc := newService(i, name)
 	var got *corev1.Service
 	err := retry(ctx, func() error {
 		var err error
@@ -180,7 +186,7 @@ func (w *workload) grow(ctx context.Context, n, workers int) (time.Duration, err
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				s, err := w.create(ctx, i)
+				s, err := w.create(ctx, i, serviceName(i))
 				if err != nil {
 					errs <- err
 					return
@@ -246,6 +252,18 @@ func (w *workload) resetExtras(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// remove deletes a service and its slice (the service first: what a
+// proxy must act on).
+func (w *workload) remove(ctx context.Context, s *benchSvc) error {
+	if err := w.cs.CoreV1().Services(benchNS).Delete(ctx, s.name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete service %s: %w", s.name, err)
+	}
+	if err := w.cs.DiscoveryV1().EndpointSlices(benchNS).Delete(ctx, s.slice.Name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete slice %s: %w", s.slice.Name, err)
 	}
 	return nil
 }
