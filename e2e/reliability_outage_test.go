@@ -242,7 +242,7 @@ var chainBreaks = map[string][]struct{ name, tool, args string }{
 	},
 	framework.BackendNFTables: {
 		{"chain services flushed", "nft", "flush chain inet ipvsproxy services"},
-		{"base chain nat-output deleted", "nft", "delete chain inet ipvsproxy nat-output"},
+		{"base chain nat-output deleted", "nft", "flush chain inet ipvsproxy nat-output ; delete chain inet ipvsproxy nat-output"},
 		{"chain postrouting flushed", "nft", "flush chain inet ipvsproxy postrouting"},
 	},
 }
