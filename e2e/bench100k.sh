@@ -16,6 +16,11 @@
 #                             to one per 4 KiB of guest memory for the run (root; restored after;
 #                             BENCH100K_RAISE_MAP_COUNT=1 is the old name)
 #   E2E_IPVSPROXY=PATH        ipvsproxy binary (default bin/ipvsproxy)
+# The cluster also holds default/kubernetes and kube-system/kube-dns, listed
+# after the generated services; summary.md's "Start-up" table times them
+# (issue 20). bin/ipvsproxy is built only when missing: after pulling,
+# `make build` first, or the run measures the old binary (summary.md names
+# the commit it measured).
 # Results: e2e/out/bench100k-DATE/ (summary.md, bench100k.json, ipvsproxy.log,
 # ipset-list-t-*.txt, metrics-*.txt, output.log), also e2e/out/bench100k-latest.
 set -euo pipefail

@@ -1,12 +1,15 @@
 package ipset
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/calls"
 )
@@ -28,11 +31,15 @@ const (
 
 // Call describes one Fake call, for its Faults: the verb, the set it
 // names ("" for ListSets; the first set for SwapSets) and the entry for
-// AddEntry and DeleteEntry (else the zero Entry).
+// AddEntry and DeleteEntry (else the zero Entry). AddEntries and
+// DeleteEntries are seen as one call per message (VerbAddEntries,
+// VerbDeleteEntries: a fault fails the message's every entry), then one
+// AddEntry or DeleteEntry call per entry of the message, with Batched set.
 type Call struct {
-	Verb  string
-	Set   string
-	Entry Entry
+	Verb    string
+	Set     string
+	Entry   Entry
+	Batched bool
 }
 
 // Fake is an in-memory Interface for the engine's unit tests. It applies
@@ -60,7 +67,8 @@ var _ Interface = (*Fake)(nil)
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
 	f := &Fake{}
-	f.Verbs(VerbEnsureSet, VerbListSets, VerbListEntries, VerbWalkEntries, VerbAddEntry, VerbDeleteEntry, VerbDestroySet, VerbSwapSets)
+	f.Verbs(VerbEnsureSet, VerbListSets, VerbListEntries, VerbWalkEntries, VerbAddEntry, VerbDeleteEntry,
+		VerbAddEntries, VerbDeleteEntries, VerbDestroySet, VerbSwapSets)
 	return f
 }
 
@@ -210,7 +218,12 @@ func (f *Fake) DeleteEntry(set string, e Entry) error {
 
 func (f *Fake) addDel(verb, set string, e Entry) error {
 	defer f.mu.Unlock()
-	err := f.begin(verb, set, &e)
+	return f.apply(verb, set, e, f.begin(verb, set, &e))
+}
+
+// apply does one entry's add or delete, as the kernel would, unless err
+// (a fault) is set; f.mu is held.
+func (f *Fake) apply(verb, set string, e Entry, err error) error {
 	s, ok := f.sets[set]
 	var t Type
 	if ok {
@@ -222,6 +235,9 @@ func (f *Fake) addDel(verb, set string, e Entry) error {
 		err = ErrSetNotFound
 	default:
 		e, err = normalizeEntry(s.hdr, e)
+	}
+	if err == nil && t == HashIP && e.IP.IsUnspecified() {
+		err = errInvalidElement // the kernel's hash:ip holds no 0.0.0.0 or ::
 	}
 	if err != nil {
 		return opError(verb, set, t, &e, err)
@@ -237,6 +253,81 @@ func (f *Fake) addDel(verb, set string, e Entry) error {
 		s.entries[e] = struct{}{}
 	}
 	return nil
+}
+
+// AddEntries implements Interface. It splits entries into messages as
+// Netlink does and counts each message as one VerbAddEntries call; the
+// entries Netlink would refuse before sending are in no message.
+func (f *Fake) AddEntries(set string, entries []Entry) error {
+	return f.addDelMany(VerbAddEntry, VerbAddEntries, set, entries)
+}
+
+// DeleteEntries implements Interface, as AddEntries.
+func (f *Fake) DeleteEntries(set string, entries []Entry) error {
+	return f.addDelMany(VerbDeleteEntry, VerbDeleteEntries, set, entries)
+}
+
+func (f *Fake) addDelMany(verb, perMessage, set string, entries []Entry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sets == nil {
+		f.sets = map[string]*fakeSet{}
+	}
+	var fails failures
+	fail := func(i int, err error) {
+		if err != nil {
+			fails.add(i, entries[i], errnoOf(err), err)
+		}
+	}
+	s, ok := f.sets[set]
+	if !ok {
+		for i, e := range entries { // Netlink cannot read the set's header
+			fail(i, f.apply(verb, set, e, f.Check(verb, Call{Verb: verb, Set: set, Entry: e, Batched: true})))
+		}
+		return fails.err()
+	}
+	comment := ""
+	if verb == VerbAddEntry {
+		comment = s.hdr.Comment
+	}
+	var sent []Entry // normalized, as the messages carry them
+	var index []int
+	for i, e := range entries {
+		norm, err := normalizeEntry(s.hdr, e)
+		if err != nil {
+			fail(i, f.apply(verb, set, e, f.Check(verb, Call{Verb: verb, Set: set, Entry: e, Batched: true})))
+			continue
+		}
+		sent, index = append(sent, norm), append(index, i)
+	}
+	for len(sent) > 0 {
+		k := batchLen(set, sent, comment)
+		f.Inc(perMessage)
+		msgErr := f.Check(perMessage, Call{Verb: perMessage, Set: set})
+		for _, i := range index[:k] {
+			err := f.Check(verb, Call{Verb: verb, Set: set, Entry: entries[i], Batched: true})
+			fail(i, f.apply(verb, set, entries[i], cmp.Or(msgErr, err)))
+		}
+		sent, index = sent[k:], index[k:]
+	}
+	return fails.err()
+}
+
+// errnoOf is the kernel's errno for the errors the Fake returns as the
+// kernel's answers: what EntryError.Errno holds for Netlink.
+func errnoOf(err error) syscall.Errno {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, ErrHashFull):
+		return errnoHashFull
+	case errors.Is(err, errInvalidElement):
+		return errnoHashElem
+	case errors.Is(err, ErrSetNotFound):
+		return 0 // Netlink learns it from the header's dump, before sending
+	case errors.As(err, &errno):
+		return errno
+	}
+	return 0
 }
 
 // DestroySet implements Interface.

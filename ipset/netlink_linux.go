@@ -335,14 +335,22 @@ func (n *Netlink) addDel(verb string, cmd int, set string, e Entry) error {
 	}
 	req := n.requestSet(cmd, unix.NLM_F_ACK, set)
 	req.AddData(entryData(e, comment))
-	err = n.conn.Execute(req, nil)
+	_, err = n.outcome(verb, h, e, n.conn.Execute(req, nil))
+	return err
+}
+
+// outcome turns the kernel's answer to the write of e into what AddEntry
+// or DeleteEntry return, and the kernel's errno (0 for success).
+func (n *Netlink) outcome(verb string, h header, e Entry, err error) (syscall.Errno, error) {
+	var errno syscall.Errno
 	switch {
 	case err == nil, errors.Is(err, errExist):
-		return nil
+		return 0, nil
 	case errors.Is(err, syscall.ENOENT):
-		n.forget(set) // destroyed behind our back
+		n.forget(h.Name) // destroyed behind our back
 	}
-	return opError(verb, set, h.Type, &e, kernelError(err, h.Type))
+	errors.As(err, &errno)
+	return errno, opError(verb, h.Name, h.Type, &e, kernelError(err, h.Type))
 }
 
 // DestroySet implements Interface; an absent set is already destroyed.

@@ -314,7 +314,7 @@ func typeSpecificError(errno syscall.Errno, t Type) error {
 	case t.isHash() && errno == errHashFull:
 		return ErrHashFull
 	case t.isHash() && errno == errHashElem:
-		return errors.New("invalid element for the set type")
+		return errInvalidElement
 	case t.isHash() && errno == errInvalidProt:
 		return errors.New("invalid protocol")
 	case t.isHash() && errno == errMissingProt:

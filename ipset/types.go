@@ -112,6 +112,13 @@ type Interface interface {
 	AddEntry(set string, e Entry) error
 	// DeleteEntry deletes e; deleting an absent entry is not an error.
 	DeleteEntry(set string, e Entry) error
+	// AddEntries adds entries as AddEntry adds each, in order, in as few
+	// kernel messages as fit (see maxMessage): an entry that fails does
+	// not stop the others. It returns nil or an *EntriesError naming each
+	// entry not added, with the error AddEntry would have returned.
+	AddEntries(set string, entries []Entry) error
+	// DeleteEntries is DeleteEntry for many entries, as AddEntries.
+	DeleteEntries(set string, entries []Entry) error
 	// DestroySet removes a set (used by cleanup and after a swap);
 	// destroying an absent set is not an error.
 	DestroySet(set string) error

@@ -17,6 +17,7 @@ import (
 // BeginAdoption reads the kernel and empties the record: what is already
 // there is taken back service by service, by Adopt.
 func (r *Reconciler) BeginAdoption() error {
+	r.write.flush() // the read must see them, and the record is reset
 	snap, err := readSnapshot(r.kernel, r.sets)
 	if err != nil {
 		return fmt.Errorf("read kernel state: %w", err)
@@ -44,6 +45,7 @@ func (r *Reconciler) Adopt(key string, want *ServiceState) error {
 	if want == nil {
 		want = &ServiceState{}
 	}
+	r.write.settle(key)
 	w, conflicts := r.withoutConflicts(key, want)
 	if err := snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w); err != nil {
 		// As Sync would have said: the conflicts are reported either way.

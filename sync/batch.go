@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"time"
 
@@ -37,9 +38,15 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	queuedAt := r.lastQueued.Swap(0)
 	start := r.clock.Now()
 	f := failures{queued: map[string]error{}, other: map[string]error{}}
+	// The batch's new set entries go many per message (entrybatch.go).
+	r.rec.DeferEntries(true)
 	keys = r.syncEach(keys, true, f)
 	affected = r.syncEach(affected, false, f)
 	passFinished, nodeErr := r.stepFullPass(passWanted, start, f.other)
+	for k, err := range r.rec.FlushEntries() {
+		f.other[k] = errors.Join(f.other[k], err)
+	}
+	r.rec.DeferEntries(false)
 	r.requeueFailed(f)
 	failed := f.queued
 	maps.Copy(failed, f.other)
@@ -224,6 +231,11 @@ func (r *Runner) syncKey(k string) error {
 	err := r.rec.Adopt(k, want)
 	if err == nil {
 		err = r.rec.Sync(k, want)
+	}
+	if err == nil && change != 0 {
+		// A critical service is complete in the kernel before the next
+		// service is synced, its set entries included.
+		err = r.rec.FlushEntriesOf(k)
 	}
 	if err == nil && change != 0 {
 		r.critical.synced(k, change)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
@@ -76,6 +77,7 @@ var ErrPassRead = errors.New("full pass: read kernel state")
 // first steps read the kernel's addresses, set entries and virtual
 // servers. A pass already running is abandoned.
 func (r *Reconciler) BeginPass(keys []string) {
+	r.write.flush() // the pass's read must see them
 	r.endPass()
 	all := make(map[string]bool, len(keys)+len(r.rec.applied))
 	for _, k := range keys {
@@ -131,18 +133,30 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 		}
 	}
 	var res StepResult
+	fail := func(key string, err error) {
+		if res.Failed == nil {
+			res.Failed = map[string]error{}
+		}
+		res.Failed[key] = errors.Join(res.Failed[key], err)
+		p.failed[key] = res.Failed[key]
+	}
+	// The step's new set entries go many per message (entrybatch.go).
+	deferring := r.write.deferring
+	r.write.deferring = true
 	for p.next < len(p.keys) {
 		key := p.keys[p.next]
 		p.next++
 		if err := p.syncKey(key, want(key)); err != nil {
-			if res.Failed == nil {
-				res.Failed = map[string]error{}
-			}
-			res.Failed[key] = err
-			p.failed[key] = err
+			fail(key, err)
 		}
 		if stop() {
 			break
+		}
+	}
+	r.write.deferring = deferring
+	if !deferring {
+		for key, err := range r.FlushEntries() {
+			fail(key, err)
 		}
 	}
 	res.Done = p.next == len(p.keys)
@@ -157,6 +171,7 @@ func (p *fullPass) syncKey(key string, w *ServiceState) error {
 	if w == nil {
 		w = &ServiceState{}
 	}
+	r.write.settle(key) // before its record is read back
 	// Never adopt what another key owns (Sync would only leave it out).
 	w, conflicts := r.withoutConflicts(key, w)
 	if err := p.snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w); err != nil {
@@ -183,6 +198,7 @@ func (r *Reconciler) FinishPass() FullSyncResult {
 	if p == nil {
 		return FullSyncResult{}
 	}
+	r.write.flush() // the prune must see every reference
 	r.endPass()
 	res := FullSyncResult{Failed: p.failed, Prune: p.prune(), Adopted: p.adopted}
 	r.rec.released = nil
@@ -246,15 +262,46 @@ func (p *fullPass) prune() error {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(append(errs, r.pruneEntries(snap))...)
+}
+
+// pruneEntries deletes the entries of snap no record references, many
+// per message: after kube-proxy, or many services deleted while the
+// proxy was down, they can be most of a set.
+func (r *Reconciler) pruneEntries(snap *kernelSnapshot) error {
+	stale := map[string][]ipset.Entry{}
 	for e := range snap.entries {
-		if r.rec.entryRefs[e] > 0 {
-			continue
+		if r.rec.entryRefs[e] == 0 {
+			stale[e.Set] = append(stale[e.Set], e.Entry)
 		}
-		if err := r.observe("set_entry", "delete", r.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
-			errs = append(errs, err)
+	}
+	var errs []error
+	for _, set := range slices.Sorted(maps.Keys(stale)) {
+		entries := stale[set]
+		slices.SortFunc(entries, func(a, b ipset.Entry) int {
+			return owned.CompareSetEntries(owned.SetEntry{Entry: a}, owned.SetEntry{Entry: b})
+		})
+		err := r.kernel.IPSet.DeleteEntries(set, entries)
+		errs = append(errs, err)
+		for _, e := range entries {
+			r.observe("set_entry", "delete", entryErr(err, e))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// entryErr is e's error in a batched call's err.
+func entryErr(err error, e ipset.Entry) error {
+	var ee *ipset.EntriesError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	for _, f := range ee.Failed {
+		if f.Entry == e {
+			return f.Err
+		}
+	}
+	return nil
 }
 
 func (r *Reconciler) excluded(a netip.Addr) bool { return owned.Excluded(r.exclude, a) }

@@ -75,7 +75,8 @@ func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *
 			r.OnSetGrown(set, maxElem)
 		}
 	}}
-	r.write = &writer{kernel: k, rec: r.rec, drain: r.drain, grow: r.grow, observe: r.observe}
+	r.write = &writer{kernel: k, rec: r.rec, drain: r.drain, grow: r.grow, observe: r.observe,
+		pending: newPendingEntries(), now: time.Now}
 	return r
 }
 

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"errors"
 	"fmt"
 
 	"k8s.io/klog/v2"
@@ -92,18 +91,14 @@ func (g *setGrower) grow(spec ipset.Set, max uint32) error {
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}
 	// The new set gets every entry the kernel's set should hold: the
-	// refcounted entries of that set.
-	var errs []error
+	// refcounted entries of that set, many per message.
+	entries := make([]ipset.Entry, 0, g.rec.setSize[spec.Name])
 	for e := range g.rec.entryRefs {
-		if e.Set != spec.Name {
-			continue
-		}
-		if err := g.ipset.AddEntry(growTempSet, e.Entry); err != nil {
-			errs = append(errs, err)
-			break
+		if e.Set == spec.Name {
+			entries = append(entries, e.Entry)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := g.ipset.AddEntries(growTempSet, entries); err != nil {
 		_ = g.ipset.DestroySet(growTempSet)
 		return fmt.Errorf("grow set %s: %w", spec.Name, err)
 	}

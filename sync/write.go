@@ -3,6 +3,7 @@ package sync
 import (
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
@@ -24,10 +25,17 @@ type writer struct {
 	observe func(object, verb string, err error) error
 	// node seeds the order real servers are added in (order.go).
 	node string
+
+	// Deferred set entries (entrybatch.go).
+	deferring   bool
+	pending     *pendingEntries
+	entryFailed map[string]error // keys whose deferred entries were refused
+	now         func() time.Time
 }
 
 // apply is Sync for a want without conflicts.
 func (w *writer) apply(key string, want *ServiceState) error {
+	w.settle(key)
 	have := w.rec.of(key)
 	if have.equal(want) {
 		return nil // the common case of a full pass with no drift: no allocation
@@ -64,6 +72,10 @@ func (w *writer) apply(key string, want *ServiceState) error {
 			}
 		},
 		func(e owned.SetEntry) {
+			if w.deferring && w.rec.entryRefs[e] == 0 {
+				w.pending.add(key, e, w.now) // recorded when written
+				return
+			}
 			if err := w.addEntry(e); err != nil {
 				errs = append(errs, err)
 				return
@@ -87,6 +99,9 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	// A service whose removal failed keeps the entries it could not drop,
 	// in the order the merge walk produced them, which is already sorted.
 	w.rec.store(key, have, got)
+	if w.deferring {
+		w.flushSets(w.pending.due(w.now))
+	}
 	return errors.Join(errs...)
 }
 

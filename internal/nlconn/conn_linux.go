@@ -129,9 +129,22 @@ func (c *Conn) Close() error {
 // flagged it) or sends its single reply. It waits for the socket when
 // another request is in flight.
 func (c *Conn) Execute(req *nl.NetlinkRequest, f Handler) error {
+	return c.ExecuteReport(req, f, nil)
+}
+
+// ErrorReport gets the payload of an error acknowledgement after its
+// errno: the request's netlink header and, unless the kernel capped it,
+// the request itself, as the kernel echoed it. Some families write into
+// the echo where a request failed (ipset's batched adds name the failing
+// element's line there). echo is only valid during the call.
+type ErrorReport func(errno unix.Errno, echo []byte)
+
+// ExecuteReport is Execute that also hands an error acknowledgement's
+// echo to report (nil ignores it) before returning its errno.
+func (c *Conn) ExecuteReport(req *nl.NetlinkRequest, f Handler, report ErrorReport) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.exchange(&c.main, req, f)
+	return c.exchange(&c.main, req, f, report)
 }
 
 // Dump runs the dump request req, passing each message to f. When the
@@ -147,7 +160,7 @@ func (c *Conn) Dump(req *nl.NetlinkRequest, reset func(), f Handler) error {
 	}
 	defer release()
 	for attempt := 1; ; attempt++ {
-		err := c.exchange(s, req, f)
+		err := c.exchange(s, req, f, nil)
 		if !errors.Is(err, ErrDumpInterrupted) && !errors.Is(err, unix.ENOBUFS) {
 			return err
 		}
@@ -183,7 +196,7 @@ func giveUp(err error, attempts int) error {
 }
 
 // exchange is one request and its replies on s.
-func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler) error {
+func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler, report ErrorReport) error {
 	if s.sock == nil {
 		sock, err := c.dial()
 		if err != nil {
@@ -202,7 +215,7 @@ func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler) error {
 		_ = s.drop()
 		return fmt.Errorf("netlink send: %w", err)
 	}
-	r := reply{seq: seq, f: f}
+	r := reply{seq: seq, f: f, report: report}
 	for !r.done {
 		// A signal interrupting the system call (EINTR) is retried: with a
 		// socket timeout set, the kernel does not restart it itself, and
@@ -230,6 +243,7 @@ func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler) error {
 type reply struct {
 	seq         uint32
 	f           Handler
+	report      ErrorReport
 	interrupted bool  // a message carried NLM_F_DUMP_INTR
 	done        bool  // the answer is complete (or abandoned)
 	unread      bool  // replies may still be queued: drop the socket
@@ -274,6 +288,9 @@ func (r *reply) message(typ, flags uint16, data []byte) {
 		if len(data) < 4 {
 			r.finish(errors.New("netlink receive: short error message"), true)
 		} else if errno := errnoOf(data); errno != 0 {
+			if r.report != nil {
+				r.report(errno, data[4:])
+			}
 			r.finish(errno, flags&unix.NLM_F_MULTI != 0)
 		} else {
 			r.finish(nil, false) // the acknowledgement

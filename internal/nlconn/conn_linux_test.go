@@ -246,3 +246,30 @@ func TestNestedDumpUsesSecondSocket(t *testing.T) {
 		t.Errorf("%d dials, %d closes; want a second socket, closed after the inner dump", k.Dials, k.Closes)
 	}
 }
+
+// An error acknowledgement's echo (what follows the errno) reaches the
+// report, and the errno is still the request's error; an acknowledgement
+// of success reports nothing.
+func TestExecuteReportHandsOverTheEcho(t *testing.T) {
+	echo := []byte("header and request as the kernel echoed them")
+	c, _ := newTestConn(t, func(n int, seq uint32) []any {
+		if n == 1 {
+			return []any{ack(seq, 0)}
+		}
+		errno := -int32(unix.EEXIST)
+		payload := binary.NativeEndian.AppendUint32(nil, uint32(errno))
+		return []any{nlconntest.Msg(unix.NLMSG_ERROR, 0, seq, append(payload, echo...))}
+	})
+	var got []string
+	report := func(errno unix.Errno, b []byte) { got = append(got, fmt.Sprintf("%d %s", errno, b)) }
+	if err := c.ExecuteReport(nl.NewNetlinkRequest(typData, unix.NLM_F_ACK), nil, report); !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("error: %v", err)
+	}
+	if err := c.ExecuteReport(nl.NewNetlinkRequest(typData, unix.NLM_F_ACK), nil, report); err != nil {
+		t.Fatalf("acknowledged request: %v", err)
+	}
+	want := fmt.Sprintf("%d %s", unix.EEXIST, echo)
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("reports %q, want one %q", got, want)
+	}
+}

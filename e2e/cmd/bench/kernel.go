@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipsets"
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipvstext"
@@ -34,6 +35,10 @@ type progress struct {
 	complete   bool // done == want and the sets or maps that admit the traffic are filled too
 	frontends  int  // all IPv4 TCP frontends in the kernel (virtual servers, map elements)
 	backends   int  // all backends behind them (real servers, map elements)
+	// completeAt, when set, is when the kernel already held everything
+	// (a view that can tell: one atomic transaction); otherwise the end
+	// of the look that found it complete counts.
+	completeAt time.Time
 }
 
 // ipvsTable is the kernel's IPv4 TCP virtual servers: "VIP:port" → real

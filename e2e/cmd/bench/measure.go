@@ -20,13 +20,16 @@ import (
 
 // result is one proxy's measurement at one size.
 type result struct {
-	Proxy        string          `json:"proxy"`
-	N            int             `json:"services"`
-	Programmed   time.Duration   `json:"programmedNs"`   // start → kernel complete; 0 if never
-	BackendsDone time.Duration   `json:"backendsDoneNs"` // start → every frontend sends to its backends (sets maybe not yet)
-	FirstSync    time.Duration   `json:"firstSyncNs"`    // start → the proxy's own metrics show a finished sync per family
-	VS, Reals    int             `json:"-"`
-	Latencies    []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
+	Proxy        string        `json:"proxy"`
+	N            int           `json:"services"`
+	Programmed   time.Duration `json:"programmedNs"`   // start → kernel complete; 0 if never
+	BackendsDone time.Duration `json:"backendsDoneNs"` // start → every frontend sends to its backends (sets maybe not yet)
+	// LastIncomplete is when the last look that found the kernel
+	// incomplete began: Programmed - LastIncomplete is the resolution.
+	LastIncomplete time.Duration   `json:"lastIncompleteNs"`
+	FirstSync      time.Duration   `json:"firstSyncNs"` // start → the proxy's own metrics show a finished sync per family
+	VS, Reals      int             `json:"-"`
+	Latencies      []time.Duration `json:"latenciesNs"` // API write → kernel, one per change
 	// ServiceAdds: Service create → its ClusterIP sends to every endpoint;
 	// ServiceDeletes: Service delete → its ClusterIP withdrawn.
 	ServiceAdds    []time.Duration `json:"serviceAddsNs"`
@@ -192,9 +195,12 @@ func syncedAll() bool {
 // for sends to exactly its backends and the sets or maps that admit the
 // traffic are filled (kernelView.progress). The reads cost the guest's
 // single CPU too, so the poll interval is at least 4× the last read's
-// cost: the poller takes at most ~20 % of it.
+// cost: the poller takes at most ~20 % of it. The start of the last look
+// that found the kernel incomplete is kept: the completion lies between
+// it and the time reported.
 func waitProgrammed(c *config, v kernelView, px *proc.Process, begin time.Time, r *result) error {
 	lastLog := time.Now()
+	var lastIncomplete time.Duration
 	for {
 		if err := px.Exited(); err != nil {
 			return fmt.Errorf("%s exited during the initial programming: %v", r.Proxy, err)
@@ -205,13 +211,18 @@ func waitProgrammed(c *config, v kernelView, px *proc.Process, begin time.Time, 
 			return err
 		}
 		el := time.Since(begin)
+		if pr.complete && !pr.completeAt.IsZero() {
+			el = pr.completeAt.Sub(begin)
+		}
 		if pr.done == pr.want && r.BackendsDone == 0 {
 			r.BackendsDone = el
 		}
 		if pr.complete {
 			r.Programmed, r.VS, r.Reals = el, pr.frontends, pr.backends
+			r.LastIncomplete = lastIncomplete
 			return nil
 		}
+		lastIncomplete = readStart.Sub(begin)
 		if time.Since(lastLog) > 10*time.Second {
 			logf("%s: %.0fs: %d/%d frontends complete (kernel: %d frontends, %d backends)",
 				r.Proxy, el.Seconds(), pr.done, pr.want, pr.frontends, pr.backends)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -109,12 +110,24 @@ func (v *nftView) admitted() (clusterIPs map[string]bool, nodePorts map[int]bool
 
 // progress: a frontend is done when its map element is present and the
 // service chain behind it DNATs to exactly the service's endpoints.
+//
+// kube-proxy writes the table in one transaction, so the maps are full
+// exactly when everything is there: the chains are looked at (two dumps
+// per service, seconds at 10k) only once the maps hold every frontend,
+// and a look that then finds every chain complete dates the kernel's
+// completion to its own start (when the full maps were read), not to its
+// end — the poll's cost is not charged to the proxy.
 func (v *nftView) progress() (progress, error) {
+	readAt := time.Now()
 	clusterIPs, nodePorts, err := v.admitted()
 	if err != nil {
 		return progress{}, err
 	}
 	p := progress{frontends: len(clusterIPs) + len(nodePorts)}
+	if p.frontends < len(v.w.svcs)+v.w.nodePorts() {
+		p.want = len(v.w.svcs) + v.w.nodePorts()
+		return p, nil
+	}
 	for _, s := range v.w.svcs {
 		p.want++
 		if s.nodePort != 0 {
@@ -139,6 +152,9 @@ func (v *nftView) progress() (progress, error) {
 		}
 	}
 	p.complete = p.done == p.want
+	if p.complete {
+		p.completeAt = readAt
+	}
 	return p, nil
 }
 

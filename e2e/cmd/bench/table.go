@@ -19,6 +19,7 @@ type row struct {
 
 var rows = []row{
 	{"initial programming: start → kernel complete", "s", func(r *result) float64 { return secs(r.Programmed) }},
+	{"… the last look that found it incomplete (resolution)", "s", func(r *result) float64 { return secs(r.LastIncomplete) }},
 	{"… of which every frontend sends to its backends (IPVS / nft chains)", "s", func(r *result) float64 { return secs(r.BackendsDone) }},
 	{"start → first sync finished (the proxy's own metric)", "s", func(r *result) float64 { return secs(r.FirstSync) }},
 	{"CPU during initial programming (incl. children)", "s", func(r *result) float64 { return r.InitCPU.CPUWithChildren }},

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,12 @@ type apiServer struct {
 	// What was served, for the report: requests by kind.
 	watchLists, plainWatches, listPages, gets, events, unknown atomic.Int64
 	objectsSent                                                atomic.Int64
+
+	// listed: when each collection's first complete list was sent (a
+	// watch-list's initial-events-end bookmark, or a list's last page):
+	// the server's side of "the informers have every object".
+	mu     sync.Mutex
+	listed map[string]time.Time
 }
 
 // format is one wire encoding: objects (with apiVersion/kind, as
@@ -89,7 +96,7 @@ func newFormat(mediaType string) format {
 }
 
 func newAPIServer(cs *fake.Clientset, namespaces []string, logf func(string, ...any)) *apiServer {
-	return &apiServer{cs: cs, namespaces: namespaces, logf: logf,
+	return &apiServer{cs: cs, namespaces: namespaces, logf: logf, listed: map[string]time.Time{},
 		protobuf: newFormat(runtime.ContentTypeProtobuf), json: newFormat(runtime.ContentTypeJSON)}
 }
 
@@ -265,6 +272,36 @@ func (s *apiServer) collection(w http.ResponseWriter, r *http.Request, res *reso
 	}
 	w.Header().Set("Content-Type", f.contentType)
 	_, _ = w.Write(buf.Bytes())
+	if next == "" {
+		s.sent(res.name)
+	}
+}
+
+// sent notes the first time a collection's whole list went out.
+func (s *apiServer) sent(collection string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.listed[collection]; !ok {
+		s.listed[collection] = time.Now()
+	}
+}
+
+// listsSent is when the last of these collections' first complete lists
+// went out; false while one has not.
+func (s *apiServer) listsSent(collections ...string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var last time.Time
+	for _, c := range collections {
+		t, ok := s.listed[c]
+		if !ok {
+			return time.Time{}, false
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last, true
 }
 
 // scopes are the namespaces a collection is read in, one List each.
@@ -371,6 +408,8 @@ func (s *apiServer) watch(w http.ResponseWriter, r *http.Request, res *resource,
 		if err := ew.send(watch.Bookmark, bookmark); err != nil {
 			return
 		}
+		flush()
+		s.sent(res.name)
 		s.logf("api: watch-list %s: %d objects streamed in %.1fs", res.name, n, time.Since(start).Seconds())
 	} else {
 		s.plainWatches.Add(1)

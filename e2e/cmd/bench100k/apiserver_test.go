@@ -105,8 +105,17 @@ func informers(t *testing.T, client kubernetes.Interface, watchList bool) (svcs,
 
 func checkCaches(t *testing.T, w *workload, svcs, slices cache.Store) {
 	t.Helper()
-	if len(svcs.ListKeys()) != w.n || len(slices.ListKeys()) != w.n {
-		t.Fatalf("cached %d services and %d slices, want %d of each (the excluded one left out)", len(svcs.ListKeys()), len(slices.ListKeys()), w.n)
+	want := w.n + len(criticalServices)
+	if len(svcs.ListKeys()) != want || len(slices.ListKeys()) != want {
+		t.Fatalf("cached %d services and %d slices, want %d of each (the excluded one left out)", len(svcs.ListKeys()), len(slices.ListKeys()), want)
+	}
+	dns, ok, _ := svcs.GetByKey("kube-system/kube-dns")
+	if !ok || dns.(*corev1.Service).Labels["k8s-app"] != "kube-dns" || len(dns.(*corev1.Service).Spec.Ports) != 3 {
+		t.Fatalf("kube-dns: %v %v", dns, ok)
+	}
+	es, ok, _ := slices.GetByKey("default/kubernetes-c8r4x")
+	if !ok || len(es.(*discoveryv1.EndpointSlice).Endpoints) != 3 || *es.(*discoveryv1.EndpointSlice).Ports[0].Port != 6443 {
+		t.Fatalf("the kubernetes slice: %v %v", es, ok)
 	}
 	for _, i := range []int{0, w.sample[0], w.n - 1} {
 		o, ok, _ := svcs.GetByKey(namespace(i) + "/" + serviceName(i))
@@ -134,6 +143,9 @@ func TestInformersGetEveryObjectByWatchList(t *testing.T) {
 	if srv.watchLists.Load() != 2 || srv.listPages.Load() != 0 {
 		t.Errorf("served %s; want the two initial syncs as watch-lists", srv.summary())
 	}
+	if _, ok := srv.listsSent("services", "endpointslices"); !ok {
+		t.Error("both watch-lists ended, yet their end was not noted")
+	}
 }
 
 func TestInformersGetEveryObjectByPagedList(t *testing.T) {
@@ -144,6 +156,81 @@ func TestInformersGetEveryObjectByPagedList(t *testing.T) {
 	if srv.watchLists.Load() != 0 || srv.listPages.Load() < 10 {
 		t.Errorf("served %s; want paged lists", srv.summary())
 	}
+	if _, ok := srv.listsSent("services", "endpointslices"); !ok {
+		t.Error("both lists' last pages went out, yet their end was not noted")
+	}
+	if _, ok := srv.listsSent("services", "nodes"); ok {
+		t.Error("nodes were never listed, yet their list is noted as sent")
+	}
+}
+
+// criticalLast asserts that keys (namespace/name, in delivery order)
+// begin with first, the first generated object, and end with the critical
+// services' objects, named by suffix ("" for a Service, "-c8r4x" for its
+// slice).
+func criticalLast(t *testing.T, how string, keys []string, w *workload, first, suffix string) {
+	t.Helper()
+	var want []string
+	for _, c := range criticalServices {
+		want = append(want, c.key()+suffix)
+	}
+	if len(keys) != w.n+len(want) {
+		t.Fatalf("%s: %d objects, want %d", how, len(keys), w.n+len(want))
+	}
+	if got := keys[w.n:]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("%s: the last objects are %v, want %v", how, got, want)
+	}
+	if keys[0] != first {
+		t.Errorf("%s: the first object is %s, want the first generated one", how, keys[0])
+	}
+}
+
+// TestCriticalServicesComeLast: by watch-list and by paged list, the
+// critical services and their slices are the last objects delivered, the
+// worst case for a proxy that programs in delivery order.
+func TestCriticalServicesComeLast(t *testing.T) {
+	w, _, client := served(t, 1200) // two generated namespaces
+	ctx := context.Background()
+	key := func(o metav1.Object) string { return o.GetNamespace() + "/" + o.GetName() }
+	first := namespace(0) + "/" + serviceName(0)
+	for _, c := range []struct {
+		first, suffix string
+		watch         func(metav1.ListOptions) (watch.Interface, error)
+	}{
+		{first, "", func(o metav1.ListOptions) (watch.Interface, error) { return client.CoreV1().Services("").Watch(ctx, o) }},
+		{first + "-x7k2p", "-c8r4x", func(o metav1.ListOptions) (watch.Interface, error) {
+			return client.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+		}},
+	} {
+		wi, err := c.watch(metav1.ListOptions{LabelSelector: proxySelector, SendInitialEvents: ptr(true),
+			AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for ev := range wi.ResultChan() {
+			if ev.Type == watch.Bookmark {
+				break
+			}
+			keys = append(keys, key(ev.Object.(metav1.Object)))
+		}
+		wi.Stop()
+		criticalLast(t, "watch-list"+c.suffix, keys, w, c.first, c.suffix)
+	}
+	var keys []string
+	for cont := ""; ; {
+		l, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: proxySelector, Limit: 500, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range l.Items {
+			keys = append(keys, key(&l.Items[i]))
+		}
+		if cont = l.Continue; cont == "" {
+			break
+		}
+	}
+	criticalLast(t, "paged list", keys, w, first, "")
 }
 
 func TestNodeByFieldSelectorAndEvents(t *testing.T) {

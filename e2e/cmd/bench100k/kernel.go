@@ -43,39 +43,64 @@ const (
 // the workload: every address maps back to its service by arithmetic
 // (workload.go), so no table of a million real servers is built.
 type ipvsChecker struct {
-	w     *workload
-	c     ipvsCheck
-	done  []uint8
-	nodeV uint32
-	cur   vsBlock
+	w        *workload
+	c        ipvsCheck
+	done     []uint8
+	crit     []critVS
+	critDone []bool
+	nodeV    uint32
+	cur      vsBlock
 }
 
 // vsBlock is the virtual server being read and what its real servers were.
 type vsBlock struct {
 	svc       int
-	bit       uint8 // vsCluster or vsNodePort; 0: not the workload's
+	bit       uint8 // vsCluster or vsNodePort; 0: not a generated service's
+	crit      int   // 1 + its index in crit when it is a critical service's
 	good, bad int
 }
 
 func (w *workload) newChecker() *ipvsChecker {
-	return &ipvsChecker{w: w, c: ipvsCheck{Want: w.n + w.nodePorts}, done: make([]uint8, w.n), nodeV: addrV(w.nodeIP)}
+	crit := criticalVirtualServers()
+	return &ipvsChecker{w: w, c: ipvsCheck{Want: w.wantVS()}, done: make([]uint8, w.n),
+		crit: crit, critDone: make([]bool, len(crit)), nodeV: addrV(w.nodeIP)}
 }
 
 func (k *ipvsChecker) finish() {
 	if k.cur.bit != 0 && k.cur.good == endpointsPer && k.cur.bad == 0 {
 		k.done[k.cur.svc] |= k.cur.bit
 	}
+	if c := k.cur.crit; c != 0 && k.cur.good == len(k.crit[c-1].reals) && k.cur.bad == 0 {
+		k.critDone[c-1] = true
+	}
 	k.cur = vsBlock{}
 }
 
+// critical is 1 + the index of the critical virtual server at
+// proto ip:port, 0 for none (a walk of four: cheaper than a map).
+func (k *ipvsChecker) critical(proto uint16, ip uint32, port int) int {
+	for i, v := range k.crit {
+		if v.proto == proto && v.ip == ip && v.port == port {
+			return i + 1
+		}
+	}
+	return 0
+}
+
 // virtual starts a virtual server; ok is false for one that is not IPv4
-// TCP (never the workload's).
-func (k *ipvsChecker) virtual(ip uint32, port int, ok bool) {
+// or is a firewall mark (never the workload's). The generated services
+// are TCP; cluster DNS has a UDP one.
+func (k *ipvsChecker) virtual(proto uint16, ip uint32, port int, ok bool) {
 	k.finish()
 	k.c.VS++
 	w := k.w
+	crit := k.critical(proto, ip, port)
 	switch {
 	case !ok:
+		k.c.Foreign++
+	case crit != 0:
+		k.cur = vsBlock{crit: crit}
+	case proto != syscall.IPPROTO_TCP:
 		k.c.Foreign++
 	case port == servicePort && ip > clusterIPBase && ip <= clusterIP(w.n-1):
 		k.cur = vsBlock{svc: int(ip - clusterIPBase - 1), bit: vsCluster}
@@ -90,6 +115,15 @@ func (k *ipvsChecker) virtual(ip uint32, port int, ok bool) {
 // real is a real server of the current virtual server.
 func (k *ipvsChecker) real(ip uint32, port, weight int, ok bool) {
 	k.c.Reals++
+	if c := k.cur.crit; c != 0 {
+		if ok && k.crit[c-1].isReal(ip, port, weight) {
+			k.cur.good++
+		} else {
+			k.cur.bad++
+			k.c.WrongReal++
+		}
+		return
+	}
 	svc, known := k.w.serviceOfEndpoint(ip)
 	switch {
 	case k.cur.bit == 0:
@@ -109,6 +143,11 @@ func (k *ipvsChecker) result() ipvsCheck {
 			c.Complete++
 		}
 		if d&vsNodePort != 0 && nodePort(i) != 0 {
+			c.Complete++
+		}
+	}
+	for _, d := range k.critDone {
+		if d {
 			c.Complete++
 		}
 	}
@@ -135,7 +174,7 @@ func checkIPVS(w *workload) (ipvsCheck, error) {
 	k := w.newChecker()
 	for _, s := range svcs {
 		ip4 := s.Address.To4()
-		k.virtual(v4(ip4), int(s.Port), s.AddressFamily == syscall.AF_INET && s.Protocol == syscall.IPPROTO_TCP && s.FWMark == 0 && ip4 != nil)
+		k.virtual(s.Protocol, v4(ip4), int(s.Port), s.AddressFamily == syscall.AF_INET && s.FWMark == 0 && ip4 != nil)
 		dests, err := h.GetDestinations(s)
 		if err != nil {
 			return ipvsCheck{}, fmt.Errorf("ipvs real servers of %v:%d: %w", s.Address, s.Port, err)
@@ -176,7 +215,17 @@ func checkProcIPVS(path string, w *workload) (ipvsCheck, error) {
 
 func (w *workload) checkIPVSText(r *bufio.Reader) (ipvsCheck, error) {
 	k := w.newChecker()
-	if err := ipvstext.Scan(r, k.virtual, k.real); err != nil {
+	virtual := func(proto string, ip uint32, port int, ok bool) {
+		var p uint16
+		switch proto {
+		case "TCP":
+			p = syscall.IPPROTO_TCP
+		case "UDP":
+			p = syscall.IPPROTO_UDP
+		}
+		k.virtual(p, ip, port, ok && p != 0)
+	}
+	if err := ipvstext.ScanProto(r, virtual, k.real); err != nil {
 		return k.c, err
 	}
 	return k.result(), nil
@@ -210,8 +259,8 @@ func withExpected(sets []ipsets.Set) []setInfo {
 // workload; every other set must be empty.
 func (w *workload) expectedEntries() map[string]int {
 	return map[string]int{
-		"KUBE-CLUSTER-IP":    w.n,                          // ClusterIP:80 per service
-		"KUBE-IPVS-IPS":      w.n,                          // every address on kube-ipvs0
+		"KUBE-CLUSTER-IP":    w.n + criticalPorts(),        // ClusterIP:port per service port
+		"KUBE-IPVS-IPS":      w.wantAddrs(),                // every address on kube-ipvs0
 		"KUBE-NODE-PORT-TCP": w.nodePorts,                  // one node port each
 		"KUBE-LOOP-BACK":     len(w.sample) * endpointsPer, // the local pods (hairpin)
 	}

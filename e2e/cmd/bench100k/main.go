@@ -16,6 +16,13 @@
 // and every set its entries (`ipset list -t`); its peak RSS (VmHWM); the
 // duration of its periodic full passes (its metrics); then traffic through
 // 50 random ClusterIPs whose endpoints are real pods (pods.go).
+//
+// Issue 20's start-up (startup.go): the cluster also holds
+// default/kubernetes and cluster DNS, delivered after everything else
+// (critical.go); from the launch, each of their virtual servers is polled
+// over netlink until it holds all its real servers, and /readyz until it
+// answers 200; both are set against when the informers had delivered
+// everything (the proxy's log) and the kernel was complete.
 package main
 
 import (
@@ -103,6 +110,7 @@ func prepareNode(nodeIP netip.Addr) error {
 		{"link", "add", "bench0", "type", "dummy"},
 		{"link", "set", "bench0", "up"},
 		{"route", "add", "10.128.0.0/12", "dev", "bench0"},
+		{"route", "add", criticalNet, "dev", "bench0"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
@@ -147,7 +155,7 @@ func run(ctx context.Context, c *config) error {
 	if err != nil {
 		return err
 	}
-	r.NodePorts, r.WantVS, r.WantReals = w.nodePorts, w.n+w.nodePorts, (w.n+w.nodePorts)*endpointsPer
+	r.NodePorts, r.WantVS, r.WantReals = w.nodePorts, w.wantVS(), w.wantReals()
 	cs := fake.NewSimpleClientset()
 	start := time.Now()
 	if err := w.fill(ctx, cs, func(n int) { logf("fake clientset: %d services and slices created", n) }); err != nil {
@@ -189,11 +197,17 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
 	r.ProxyArgs = strings.Join(args, " ")
 	begin := time.Now()
-	proxy, err := proc.Start("ipvsproxy", "bench100k", c.ipvsproxy, args, filepath.Join(c.results, "ipvsproxy.log"))
+	logPath := filepath.Join(c.results, "ipvsproxy.log")
+	proxy, err := proc.Start("ipvsproxy", "bench100k", c.ipvsproxy, args, logPath)
 	if err != nil {
 		return err
 	}
+	start := watchStartup(begin)
+	r.Startup.MetricSeconds = -1
 	defer func() {
+		// The polls end before the proxy: /readyz would only be refused.
+		logText, _ := os.ReadFile(logPath)
+		start.stop(&r.Startup, string(logText), srv)
 		proxy.Stop(60 * time.Second)
 		logf("ipvsproxy stopped; API server: %s", srv.summary())
 		flushIPVS()
@@ -204,21 +218,18 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if err != nil {
 		return err
 	}
-	r.AtProgrammed, _ = proxy.Usage()
-	r.Mem.AtProgrammed = readMeminfo()
-	if m, err := scrapeProxy(); err == nil {
-		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.Text), 0o644)
-		r.HeapInuseAtProgrammedMB = m.Get(heapInuse) / 1e6
-	}
-	saveHeapProfile(filepath.Join(c.results, "heap-at-programmed.pprof"))
-	logf("PROGRAMMED after %.1fs (previous read at %.1fs): %v; proxy RSS %d MB (peak %d MB), CPU %.0fs",
-		prog.Seconds, prog.PrevReadSeconds, prog.IPVS, r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024, r.AtProgrammed.CPUSeconds)
+	atProgrammed(c, proxy, r)
 	var failures []string
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
 		failures = append(failures, msg)
 	}
 	if err := timeFullPasses(c, proxy, begin, r); err != nil {
 		failures = append(failures, err.Error())
+	}
+	// The first full pass is done: /readyz has answered by now, or
+	// within a poll; a 200 before the kernel was complete is a failure.
+	if v, early := readyVerdict(start.readyAt(), prog); early {
+		failures = append(failures, "/readyz: "+v)
 	}
 	r.Traffic = askVIPs(w, c.requests)
 	for _, v := range r.Traffic {
@@ -235,6 +246,9 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if m, err := scrapeProxy(); err == nil {
 		_ = os.WriteFile(filepath.Join(c.results, "metrics-final.txt"), []byte(m.Text), 0o644)
 		r.HeapInuseFinalMB = m.Get(heapInuse) / 1e6
+		if r.Startup.MetricSeconds <= 0 { // not set when the kernel was complete
+			r.Startup.MetricSeconds = metricSeconds(m)
+		}
 	}
 	saveHeapProfile(filepath.Join(c.results, "heap-final.pprof"))
 	r.API = srv.summary()
@@ -254,6 +268,22 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		return fmt.Errorf("%d checks failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
 	}
 	return nil
+}
+
+// atProgrammed keeps the proxy's usage, metrics and heap when the kernel
+// was found complete.
+func atProgrammed(c *config, proxy *proc.Process, r *report) {
+	r.AtProgrammed, _ = proxy.Usage()
+	r.Mem.AtProgrammed = readMeminfo()
+	if m, err := scrapeProxy(); err == nil {
+		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.Text), 0o644)
+		r.HeapInuseAtProgrammedMB = m.Get(heapInuse) / 1e6
+		r.Startup.MetricSeconds = metricSeconds(m)
+	}
+	saveHeapProfile(filepath.Join(c.results, "heap-at-programmed.pprof"))
+	prog := r.Programmed
+	logf("PROGRAMMED after %.1fs (previous read at %.1fs): %v; proxy RSS %d MB (peak %d MB), CPU %.0fs",
+		prog.Seconds, prog.PrevReadSeconds, prog.IPVS, r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024, r.AtProgrammed.CPUSeconds)
 }
 
 // finalChecks holds the kernel against the workload once more after the

@@ -22,6 +22,9 @@ type programmed struct {
 	// not complete (-1: none): the kernel became complete within
 	// (previous, seconds].
 	PrevReadSeconds float64 `json:"previousReadSeconds"`
+	// PrevReadBeganSeconds: start → the beginning of that read (-1:
+	// none); /readyz answering 200 before it is answering too early.
+	PrevReadBeganSeconds float64 `json:"previousReadBeganSeconds"`
 	// SetsSeconds: start → `ipset list -t` first showed every expected
 	// entry count (polled every 2 s).
 	SetsSeconds float64 `json:"setsSeconds"`
@@ -48,9 +51,9 @@ func (w *workload) setsReached(sets []setInfo) bool {
 // IPVS too (checkIPVS), at most every 4× its last read's cost, so the
 // poller takes at most ~20 % of the guest's one CPU.
 func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time) (programmed, error) {
-	p := programmed{PrevReadSeconds: -1}
+	p := programmed{PrevReadSeconds: -1, PrevReadBeganSeconds: -1}
 	var last ipvsCheck
-	var lastEnd time.Time
+	var lastBegan, lastEnd time.Time
 	lastLog := time.Now()
 	profiled := 0 // quarters of KUBE-CLUSTER-IP profiled so far
 	for {
@@ -71,6 +74,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 			logf("sets complete after %.1fs; reading IPVS", p.SetsSeconds)
 		}
 		if reached && time.Since(lastEnd) >= 4*last.Took {
+			began := time.Now()
 			chk, err := checkIPVS(w)
 			if err != nil {
 				return p, err
@@ -79,17 +83,18 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 			end := time.Now()
 			if !lastEnd.IsZero() {
 				p.PrevReadSeconds = lastEnd.Sub(begin).Seconds()
+				p.PrevReadBeganSeconds = lastBegan.Sub(begin).Seconds()
 			}
 			if chk.done() {
 				p.Seconds, p.ReadSeconds, p.IPVS = end.Sub(begin).Seconds(), chk.Took.Seconds(), chk
 				return p, nil
 			}
-			last, lastEnd = chk, end
+			last, lastBegan, lastEnd = chk, began, end
 		}
 		if time.Since(lastLog) >= 30*time.Second {
 			u, _ := proxy.Usage()
 			logf("%4.0fs: KUBE-CLUSTER-IP %d/%d, KUBE-IPVS-IPS %d, KUBE-NODE-PORT-TCP %d/%d, KUBE-LOOP-BACK %d; last IPVS read: %v; proxy RSS %d MB, CPU %.0fs",
-				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.n, setEntries(sets, "KUBE-IPVS-IPS"),
+				time.Since(begin).Seconds(), setEntries(sets, "KUBE-CLUSTER-IP"), w.expectedEntries()["KUBE-CLUSTER-IP"], setEntries(sets, "KUBE-IPVS-IPS"),
 				setEntries(sets, "KUBE-NODE-PORT-TCP"), w.nodePorts, setEntries(sets, "KUBE-LOOP-BACK"), last, u.RSSKB/1024, u.CPUSeconds)
 			lastLog = time.Now()
 		}
@@ -119,12 +124,12 @@ func verifySetsAndAddrs(c *config, w *workload, r *report, when string) string {
 		}
 	}
 	logf("%s: ipset list -t: %d sets, entry counts as expected: %v %v; kube-ipvs0: %d addresses (want %d)",
-		when, len(sets), ok, bad, addrs, w.n)
+		when, len(sets), ok, bad, addrs, w.wantAddrs())
 	switch {
 	case !ok:
 		return fmt.Sprintf("%s: sets wrong: %v, missing %v", when, bad, missing)
-	case aerr != nil || addrs != w.n:
-		return fmt.Sprintf("%s: kube-ipvs0 holds %d addresses, want %d (%v)", when, addrs, w.n, aerr)
+	case aerr != nil || addrs != w.wantAddrs():
+		return fmt.Sprintf("%s: kube-ipvs0 holds %d addresses, want %d (%v)", when, addrs, w.wantAddrs(), aerr)
 	}
 	return ""
 }

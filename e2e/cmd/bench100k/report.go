@@ -28,6 +28,7 @@ type report struct {
 	GeneratorRSSKB int     `json:"generatorRssKB"` // this process after filling the fake
 
 	Programmed              programmed  `json:"programmed"`
+	Startup                 startup     `json:"startup"`
 	AtProgrammed            proc.Usage  `json:"proxyAtProgrammed"`
 	HeapInuseAtProgrammedMB float64     `json:"proxyHeapInuseAtProgrammedMB"`
 	FirstFullPassSeconds    float64     `json:"firstFullPassDoneSeconds"`
@@ -108,6 +109,7 @@ func (r *report) markdown() string {
 	row("guest MemAvailable at complete / end (MB)", "%d / %d", r.Mem.AtProgrammed["MemAvailableKB"]/1024, r.Mem.Final["MemAvailableKB"]/1024)
 	row("generator + API server RSS after filling the fake (MB)", "%d", r.GeneratorRSSKB/1024)
 	row("fake clientset filled in (s)", "%.1f", r.FillSeconds)
+	r.startupMarkdown(&b)
 	b.WriteString("\n`ipset list -t` (entries / expected):\n\n| set | type | entries | expected |\n|---|---|---:|---:|\n")
 	for _, s := range r.Sets {
 		if s.Entries != 0 || s.Expected != 0 {

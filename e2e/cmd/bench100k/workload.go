@@ -115,14 +115,24 @@ func newWorkload(n, samples int, seed uint64, node string, nodeIP netip.Addr) (*
 func namespace(i int) string   { return fmt.Sprintf("b100k-%03d", i/perNamespace) }
 func serviceName(i int) string { return fmt.Sprintf("s%06d", i) }
 
-// namespaces lists the workload's namespaces in order.
+// namespaces lists the workload's namespaces in the order they are
+// listed: the generated ones, then the critical services' (critical.go).
 func (w *workload) namespaces() []string {
 	var out []string
 	for i := 0; i < w.n; i += perNamespace {
 		out = append(out, namespace(i))
 	}
-	return out
+	return append(out, criticalNamespaces()...)
 }
+
+// wantVS and wantReals are what the kernel must hold: every generated
+// service's ClusterIP and node port, 10 real servers each, and the
+// critical services' virtual servers with their endpoints.
+func (w *workload) wantVS() int    { return w.n + w.nodePorts + criticalPorts() }
+func (w *workload) wantReals() int { return (w.n+w.nodePorts)*endpointsPer + criticalReals() }
+
+// wantAddrs is the addresses kube-ipvs0 must hold: one per ClusterIP.
+func (w *workload) wantAddrs() int { return w.n + len(criticalServices) }
 
 // endpointAddr is the address of endpoint j of service i: a pod for a
 // sampled service, else an unroutable-but-valid address.
@@ -222,7 +232,7 @@ func (w *workload) nodeObject() *corev1.Node {
 
 // fill creates the Node, the namespaces, and every Service and
 // EndpointSlice in the fake clientset, through its typed clients as any
-// client would.
+// client would; the critical services last.
 func (w *workload) fill(ctx context.Context, cs *fake.Clientset, progress func(done int)) error {
 	if _, err := cs.CoreV1().Nodes().Create(ctx, w.nodeObject(), metav1.CreateOptions{}); err != nil {
 		return err
@@ -247,6 +257,20 @@ func (w *workload) fill(ctx context.Context, cs *fake.Clientset, progress func(d
 			if progress != nil {
 				progress(i + 1)
 			}
+		}
+	}
+	return fillCritical(ctx, cs, created)
+}
+
+// fillCritical creates the critical services and their slices, after
+// everything else (critical.go says why).
+func fillCritical(ctx context.Context, cs *fake.Clientset, created metav1.Time) error {
+	for i, c := range criticalServices {
+		if _, err := cs.CoreV1().Services(c.namespace).Create(ctx, c.service(i, created), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("service %s: %w", c.key(), err)
+		}
+		if _, err := cs.DiscoveryV1().EndpointSlices(c.namespace).Create(ctx, c.slice(i, created), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("slice of %s: %w", c.key(), err)
 		}
 	}
 	return nil

@@ -21,6 +21,18 @@ import (
 // benchmarks do not program: a UDP, SCTP or firewall-mark virtual server,
 // an IPv6 address, a line that does not parse.
 func Scan(r io.Reader, virtual func(ip uint32, port int, ok bool), real func(ip uint32, port, weight int, ok bool)) error {
+	return ScanProto(r, func(proto string, ip uint32, port int, ok bool) {
+		if proto != "TCP" {
+			ip, port, ok = 0, 0, false
+		}
+		virtual(ip, port, ok)
+	}, real)
+}
+
+// ScanProto is Scan with each virtual server's protocol ("TCP", "UDP",
+// "SCTP"; "FWM" for a firewall mark, whose address is reported as not ok):
+// bench100k's cluster DNS has a UDP virtual server too.
+func ScanProto(r io.Reader, virtual func(proto string, ip uint32, port int, ok bool), real func(ip uint32, port, weight int, ok bool)) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	for {
 		line, err := br.ReadString('\n')
@@ -29,14 +41,15 @@ func Scan(r io.Reader, virtual func(ip uint32, port int, ok bool), real func(ip 
 		}
 		f := strings.Fields(line)
 		switch {
-		case len(f) >= 2 && f[0] == "TCP":
-			virtual(HexAddrPort(f[1]))
+		case len(f) >= 2 && (f[0] == "TCP" || f[0] == "UDP" || f[0] == "SCTP"):
+			ip, port, ok := HexAddrPort(f[1])
+			virtual(f[0], ip, port, ok)
 		case len(f) >= 4 && f[0] == "->" && f[1] != "RemoteAddress:Port":
 			ip, port, ok := HexAddrPort(f[1])
 			weight, werr := strconv.Atoi(f[3])
 			real(ip, port, weight, ok && werr == nil)
-		case len(f) >= 1 && (f[0] == "UDP" || f[0] == "SCTP" || f[0] == "FWM"):
-			virtual(0, 0, false)
+		case len(f) >= 1 && (f[0] == "FWM" || f[0] == "UDP" || f[0] == "SCTP"):
+			virtual(f[0], 0, 0, false) // a mark, or a line cut short
 		}
 		if err == io.EOF {
 			return nil
