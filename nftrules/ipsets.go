@@ -3,6 +3,7 @@ package nftrules
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -104,6 +105,43 @@ func (s *IPSets) AddEntry(set string, e ipset.Entry) error { return s.i.AddEleme
 
 // DeleteEntry implements ipset.Interface.
 func (s *IPSets) DeleteEntry(set string, e ipset.Entry) error { return s.i.DeleteElements(set, e) }
+
+// AddEntries implements ipset.Interface: the entries go in the writer's
+// bounded transactions (AddElements). nft applies a transaction whole or
+// not at all, so when one is refused its entries are written again one
+// by one: the refused ones are reported, the others written, and the
+// table ends as after AddEntry for each — the ipset adapter's contract.
+func (s *IPSets) AddEntries(set string, entries []ipset.Entry) error {
+	return eachEntry(entries, func(es ...ipset.Entry) error { return s.i.AddElements(set, es...) })
+}
+
+// DeleteEntries implements ipset.Interface, as AddEntries (deleting an
+// absent element is no error: DeleteElements skips it).
+func (s *IPSets) DeleteEntries(set string, entries []ipset.Entry) error {
+	return eachEntry(entries, func(es ...ipset.Entry) error { return s.i.DeleteElements(set, es...) })
+}
+
+// eachEntry writes entries in one call, or, if that is refused, one at a
+// time, collecting the refusals as an *ipset.EntriesError. Re-adding what
+// an earlier transaction of the call committed is no error (no
+// NLM_F_EXCL), so the retry is safe.
+func eachEntry(entries []ipset.Entry, write func(...ipset.Entry) error) error {
+	if len(entries) == 0 || write(entries...) == nil {
+		return nil
+	}
+	var failed []ipset.EntryError
+	for i, e := range entries {
+		if err := write(e); err != nil {
+			var errno syscall.Errno
+			errors.As(err, &errno)
+			failed = append(failed, ipset.EntryError{Index: i, Entry: e, Errno: errno, Err: err})
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return &ipset.EntriesError{Failed: failed}
+}
 
 // DestroySet is refused: see ErrNotIPSet.
 func (s *IPSets) DestroySet(string) error { return ErrNotIPSet }

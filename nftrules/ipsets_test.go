@@ -145,3 +145,46 @@ func TestEngineIncrementalPathThroughTheView(t *testing.T) {
 		t.Errorf("calls %v, want one AddElements and no dump", got)
 	}
 }
+
+// AddEntries and DeleteEntries keep the ipset adapter's contract: a
+// refused entry (an IPv6 address in an IPv4 set) is reported with its
+// index, and the entries before and after it are written.
+func TestIPSetsBatchedEntries(t *testing.T) {
+	f, err := NewFake(DefaultConfig(true, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.EnsureTable(); err != nil {
+		t.Fatal(err)
+	}
+	v := f.IPSets()
+	good := func(i int) ipset.Entry {
+		return ipset.Entry{IP: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Protocol: "tcp", Port: 80}
+	}
+	var entries []ipset.Entry
+	for i := 1; i <= 600; i++ { // more than one transaction's worth
+		entries = append(entries, good(i))
+	}
+	bad := ipset.Entry{IP: netip.MustParseAddr("fd00::1"), Protocol: "tcp", Port: 80}
+	entries = slices.Insert(entries, 300, bad)
+	err = v.AddEntries(owned.SetClusterIP, entries)
+	var ee *ipset.EntriesError
+	if !errors.As(err, &ee) || len(ee.Failed) != 1 || ee.Failed[0].Index != 300 || ee.Failed[0].Entry != bad {
+		t.Fatalf("AddEntries: %v, want the one entry at index 300 refused", err)
+	}
+	got, err := v.ListEntries(owned.SetClusterIP)
+	if err != nil || len(got) != 600 {
+		t.Fatalf("after AddEntries: %d entries (%v), want 600", len(got), err)
+	}
+	// Deleting the first 400 (the refused one among them) leaves 200.
+	err = v.DeleteEntries(owned.SetClusterIP, entries[:401])
+	if !errors.As(err, &ee) || len(ee.Failed) != 1 || ee.Failed[0].Index != 300 {
+		t.Fatalf("DeleteEntries: %v, want the entry at index 300 refused", err)
+	}
+	if got, _ := v.ListEntries(owned.SetClusterIP); len(got) != 200 {
+		t.Fatalf("after DeleteEntries: %d entries, want 200", len(got))
+	}
+	if err := v.AddEntries(owned.SetClusterIP, nil); err != nil {
+		t.Fatalf("AddEntries(nil): %v", err)
+	}
+}

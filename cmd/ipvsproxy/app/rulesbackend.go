@@ -166,7 +166,9 @@ func (noIPSets) ListEntries(string) ([]ipset.Entry, error) { return nil, ipset.E
 func (noIPSets) WalkEntries(string, func(), func(ipset.Entry) error) error {
 	return ipset.ErrSetNotFound
 }
-func (noIPSets) AddEntry(string, ipset.Entry) error    { return errNoIPSet }
-func (noIPSets) DeleteEntry(string, ipset.Entry) error { return nil }
-func (noIPSets) DestroySet(string) error               { return nil }
-func (noIPSets) SwapSets(string, string) error         { return errNoIPSet }
+func (noIPSets) AddEntry(string, ipset.Entry) error        { return errNoIPSet }
+func (noIPSets) DeleteEntry(string, ipset.Entry) error     { return nil }
+func (noIPSets) AddEntries(string, []ipset.Entry) error    { return errNoIPSet }
+func (noIPSets) DeleteEntries(string, []ipset.Entry) error { return nil }
+func (noIPSets) DestroySet(string) error                   { return nil }
+func (noIPSets) SwapSets(string, string) error             { return errNoIPSet }
