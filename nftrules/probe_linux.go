@@ -3,6 +3,7 @@ package nftrules
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/nftables"
 )
@@ -31,7 +32,9 @@ func Probe(opts ...nftables.ConnOption) error {
 		opDelTable{},
 	})
 	if unsupported(err) {
-		return fmt.Errorf("nftrules: %w (%v)", ErrUnsupported, err)
+		// google/nftables joins the batch's refusals with newlines: the
+		// start-up error and doctor's detail are one line.
+		return fmt.Errorf("nftrules: %w (%s)", ErrUnsupported, strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return err
 }
