@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -27,6 +28,12 @@ type RuleCleaner interface {
 	Cleanup() error
 }
 
+// TableDeleter removes the nftables backend's table, sets and chains
+// with it; *nftrules.Netlink is one.
+type TableDeleter interface {
+	DeleteTable() error
+}
+
 // Config is what Run removes things from.
 type Config struct {
 	Kernel owned.Kernel
@@ -34,6 +41,15 @@ type Config struct {
 	// families: a node may have run with IPv6 before).
 	Sets  []ipset.Set
 	Rules []RuleCleaner
+	// Table is the nftables backend's table, deleted after the rules
+	// (nil: none). It goes whichever backend the proxy runs with, so a
+	// node that switched backends keeps nothing of the other one.
+	Table TableDeleter
+	// IPSets is where the owned ipsets are destroyed, when that is not
+	// Kernel.IPSet: with the nftables backend Kernel.IPSet is the table's
+	// view (ownership is read from the table's sets, which go with the
+	// table) and IPSets the kernel's ipsets, left from the iptables backend.
+	IPSets ipset.Interface
 	// Exclude is --ipvs-exclude-cidrs: virtual servers and kube-ipvs0
 	// addresses there are never removed, as the engine never prunes them.
 	Exclude []netip.Prefix
@@ -50,6 +66,7 @@ type Result struct {
 	Addresses      int
 	Sets           int
 	Link           bool
+	Table          bool // the nftables table was asked to go (it may not have existed)
 }
 
 // Run removes, in this order: the owned virtual servers (decided before
@@ -74,12 +91,55 @@ func Run(c Config) (Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	res.Sets, errs = destroySets(c.Kernel.IPSet, have.Sets, errs)
+	if c.Table != nil {
+		if err := c.Table.DeleteTable(); err != nil {
+			errs = append(errs, err)
+		} else {
+			res.Table = true
+		}
+	}
+	if c.IPSets == nil {
+		res.Sets, errs = destroySets(c.Kernel.IPSet, have.Sets, errs)
+	} else {
+		res.Sets, errs = destroyPresent(c.IPSets, c.Sets, errs)
+	}
 	if have.Link {
 		res.Addresses, res.Link, errs = removeLink(c.Kernel.Dummy, have, errs)
 	}
 	klog.InfoS("Cleaned up", "virtualServers", res.VirtualServers, "addresses", res.Addresses, "sets", res.Sets, "link", res.Link)
 	return res, errors.Join(errs...)
+}
+
+// IPTablesBackend removes what the iptables backend made node-wide and
+// nothing else: ipvsproxy's iptables chains and jump rules (rules), then
+// those of sets (kube-proxy's names, ipvsproxy's own) that exist in h.
+// The proxy runs it when it starts with the nftables backend, so a node
+// switched from iptables keeps nothing of it. It returns how many sets
+// went.
+func IPTablesBackend(rules []RuleCleaner, h ipset.Interface, sets []ipset.Set) (int, error) {
+	var errs []error
+	for _, r := range rules {
+		if err := r.Cleanup(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n, errs := destroyPresent(h, sets, errs)
+	return n, errors.Join(errs...)
+}
+
+// destroyPresent destroys those of sets that exist in h.
+func destroyPresent(h ipset.Interface, sets []ipset.Set, errs []error) (int, []error) {
+	have, err := h.ListSets()
+	if err != nil {
+		return 0, append(errs, fmt.Errorf("list sets: %w", err))
+	}
+	var present []ipset.Set
+	for _, s := range sets {
+		if slices.ContainsFunc(have, func(h ipset.Set) bool { return h.Name == s.Name }) {
+			present = append(present, s)
+		}
+	}
+	return destroySets(h, present, errs)
 }
 
 // setInUseWait bounds how long a set still in use right after the rules

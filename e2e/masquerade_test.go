@@ -82,7 +82,10 @@ func proxyAfter(t *testing.T, name string, before func(), extra ...string) *fram
 // traffic for masquerading: match is what comes before its comment
 // ("! -s CIDR", "! -i NAME", or "" for --masquerade-all).
 func clusterIPMasqRuleIs(match string) error {
-	rules, err := framework.NatRules()
+	if framework.NFTables() {
+		return nftClusterIPMasqRuleIs(match)
+	}
+	rules, err := framework.IPTablesNatRules()
 	if err != nil {
 		return err
 	}
@@ -96,6 +99,40 @@ func clusterIPMasqRuleIs(match string) error {
 		}
 	}
 	return fmt.Errorf("no ClusterIP masquerade rule in KUBE-SERVICES: %v", rules)
+}
+
+// nftClusterIPMasqRuleIs is clusterIPMasqRuleIs for the nftables
+// backend: the rule of chain services that jumps to mark-for-masquerade
+// for @cluster-ip-v4, whose match is the iptables one as nft writes it
+// ("! -s CIDR" is "ip saddr != CIDR", "! -i vp+" is `iifname != "vp*"`).
+func nftClusterIPMasqRuleIs(match string) error {
+	rules, err := framework.NFTRules()
+	if err != nil {
+		return err
+	}
+	var prefix string
+	switch {
+	case strings.HasPrefix(match, "! -s "):
+		prefix = "ip saddr != " + strings.TrimPrefix(match, "! -s ") + " "
+	case strings.HasPrefix(match, "! -i "):
+		name := strings.TrimPrefix(match, "! -i ")
+		if n, ok := strings.CutSuffix(name, "+"); ok {
+			name = n + "*"
+		}
+		prefix = `iifname != "` + name + `" `
+	case match != "":
+		return fmt.Errorf("no nft form of the match %q", match)
+	}
+	want := "services: " + prefix + "ip daddr . meta l4proto . th dport @cluster-ip-v4 jump mark-for-masquerade"
+	for _, r := range rules {
+		if strings.HasPrefix(r, "services: ") && strings.HasSuffix(r, "@cluster-ip-v4 jump mark-for-masquerade") {
+			if r != want {
+				return fmt.Errorf("ClusterIP masquerade rule is %q, want %q", r, want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no ClusterIP masquerade rule in chain services: %v", rules)
 }
 
 // waitMasqRule waits until the proxy in force has written its masquerade
@@ -170,7 +207,7 @@ func expectSource(t *testing.T, ts *testService, from string, ask framework.AskP
 			t.Fatalf("from %s: answer from %s, which is not a backend of %s", from, peer.Pod, ts.svc.Name)
 		}
 		if err := check(peer.Addr); err != nil {
-			rules, _ := framework.NatRules()
+			rules, _ := framework.ProxyRules()
 			t.Fatalf("from %s to %s:80 (%s): %v\nnat rules:\n%s", from, ts.VIP, peer.Pod, err, strings.Join(rules, "\n"))
 		}
 		seen[peer.String()]++

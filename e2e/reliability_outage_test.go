@@ -52,7 +52,7 @@ func kernelState(t *testing.T) map[string]bool {
 			st["set "+set+" "+e] = true
 		}
 	}
-	rules, err := framework.NatRules()
+	rules, err := framework.ProxyRules()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,44 +230,56 @@ func watchOutage(t *testing.T, healthz string, before map[string]bool) []int {
 	return codes
 }
 
-// Drift of ipvsproxy's iptables rules: a rule deleted from one of its
-// chains, the jump into KUBE-SERVICES deleted, KUBE-POSTROUTING flushed
-// (by an operator, a firewall reload) — each is restored, and traffic
-// flows. TestDriftRepaired covers the IPVS, address and set objects.
+// chainBreaks are the hand edits TestDriftChainRuleRepaired makes: for
+// iptables a rule deleted from one of ipvsproxy's chains, the jump into
+// KUBE-SERVICES deleted, KUBE-POSTROUTING flushed; for nftables a
+// regular chain and a base chain flushed, and a base chain deleted.
+var chainBreaks = map[string][]struct{ name, tool, args string }{
+	framework.BackendIPTables: {
+		{"rule deleted from KUBE-SERVICES", "iptables", "-t nat -D KUBE-SERVICES -s 127.0.0.0/8 -j RETURN"},
+		{"jump from OUTPUT deleted", "iptables", "-t nat -D OUTPUT -m comment --comment kubernetes_service_portals -j KUBE-SERVICES"},
+		{"KUBE-POSTROUTING flushed", "iptables", "-t nat -F KUBE-POSTROUTING"},
+	},
+	framework.BackendNFTables: {
+		{"chain services flushed", "nft", "flush chain inet ipvsproxy services"},
+		{"base chain nat-output deleted", "nft", "flush chain inet ipvsproxy nat-output ; delete chain inet ipvsproxy nat-output"},
+		{"chain postrouting flushed", "nft", "flush chain inet ipvsproxy postrouting"},
+	},
+}
+
+// Drift of ipvsproxy's rules (by an operator, a firewall reload): each
+// break of chainBreaks is repaired, and traffic flows.
+// TestDriftRepaired covers the IPVS, address and set objects.
 func TestDriftChainRuleRepaired(t *testing.T) {
 	proxy(t)
 	pods := startPods(t, "chain", 2, []int{8080}, nil)
 	ts := createService(t, namespace(t), "chain", pods, httpPort)
 	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
-	want, err := framework.NatRules()
+	want, err := framework.ProxyRules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, args string }{
-		{"rule deleted from KUBE-SERVICES", "-t nat -D KUBE-SERVICES -s 127.0.0.0/8 -j RETURN"},
-		{"jump from OUTPUT deleted", "-t nat -D OUTPUT -m comment --comment kubernetes_service_portals -j KUBE-SERVICES"},
-		{"KUBE-POSTROUTING flushed", "-t nat -F KUBE-POSTROUTING"},
-	} {
+	for _, c := range chainBreaks[framework.RulesBackend()] {
 		t.Run(c.name, func(t *testing.T) {
 			args := strings.Fields(c.args)
 			for i, a := range args {
 				args[i] = strings.ReplaceAll(a, "_", " ") // one comment argument
 			}
-			if _, err := framework.Run("iptables", args...); err != nil {
+			if _, err := framework.Run(c.tool, args...); err != nil {
 				t.Fatal(err)
 			}
 			broken := time.Now()
-			if got, _ := framework.NatRules(); strings.Join(got, "\n") == strings.Join(want, "\n") {
+			if got, _ := framework.ProxyRules(); strings.Join(got, "\n") == strings.Join(want, "\n") {
 				t.Fatal("breaking the rules by hand had no visible effect")
 			}
-			waitKernel(t, passTimeout, "nat rules restored", func() error {
-				got, err := framework.NatRules()
+			waitKernel(t, passTimeout, "rules restored", func() error {
+				got, err := framework.ProxyRules()
 				if err != nil {
 					return err
 				}
 				removed, added := stateDiff(asSet(want), asSet(got))
 				if len(removed)+len(added) > 0 {
-					return fmt.Errorf("nat rules differ: missing %v, extra %v", removed, added)
+					return fmt.Errorf("rules differ: missing %v, extra %v", removed, added)
 				}
 				return nil
 			})
@@ -349,7 +361,8 @@ func TestCleanupKeepsForeign(t *testing.T) {
 		}
 	})
 	began := time.Now()
-	out, err := framework.Run(p.Path, "cleanup", "--iptables-backend", framework.IPTablesBackend(), "--cluster-cidr", "10.244.0.0/16")
+	out, err := framework.Run(p.Path, "cleanup", "--iptables-backend", framework.IPTablesBackend(),
+		"--rules-backend", framework.RulesBackend(), "--cluster-cidr", "10.244.0.0/16")
 	t.Logf("ipvsproxy cleanup: %s", strings.TrimSpace(out))
 	t.Logf("FIGURE cleanup: ipvsproxy cleanup took %v", time.Since(began).Round(time.Millisecond))
 	if err != nil {
@@ -389,8 +402,13 @@ func checkCleaned(t *testing.T, ts *testService, vs, set string) {
 	if m, err := framework.SetMembers(set); err != nil || !m["192.0.2.99"] {
 		t.Errorf("hand-made set %s removed or emptied by cleanup: %v %v", set, m, err)
 	}
-	if rules, err := framework.NatRules(); err != nil || len(rules) > 0 {
-		t.Errorf("cleanup left nat rules: %v %v", rules, err)
+	if rules, err := framework.ProxyRules(); err != nil || len(rules) > 0 {
+		t.Errorf("cleanup left rules: %v %v", rules, err)
+	}
+	for _, b := range []string{framework.BackendIPTables, framework.BackendNFTables} {
+		if left, err := framework.BackendLeftovers(b); err != nil || left != "" {
+			t.Errorf("cleanup left of the %s backend: %s %v", b, left, err)
+		}
 	}
 	if t.Failed() {
 		t.Logf("kernel after cleanup:\n%s", framework.DumpKernel())

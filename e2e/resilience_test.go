@@ -104,7 +104,7 @@ func TestDriftRepaired(t *testing.T) {
 		{"VS and VIP deleted", [][]string{{"ipvsadm", "-D", "-t", vs}, {"delete-vip"}}},
 		{"real server deleted", [][]string{{"ipvsadm", "-d", "-t", vs, "-r", rs}}},
 		{"real server weight changed", [][]string{{"ipvsadm", "-e", "-t", vs, "-r", rs, "-m", "-w", "5"}}},
-		{"set entry deleted", [][]string{{"ipset", "del", "KUBE-CLUSTER-IP", ts.VIP + ",tcp:80"}}},
+		{"set entry deleted", [][]string{setEntryDelete(ts.VIP)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// A periodic full pass may repair the damage before the check
@@ -135,4 +135,13 @@ func TestDriftRepaired(t *testing.T) {
 			expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
 		})
 	}
+}
+
+// setEntryDelete is the command that deletes the ClusterIP entry of
+// vip:80/TCP from the backend under test (an IPv4 vip).
+func setEntryDelete(vip string) []string {
+	if framework.NFTables() {
+		return []string{"nft", "delete", "element", "inet", framework.NFTTable, "cluster-ip-v4", "{ " + vip + " . tcp . 80 }"}
+	}
+	return []string{"ipset", "del", "KUBE-CLUSTER-IP", vip + ",tcp:80"}
 }

@@ -12,8 +12,16 @@
 #   E2E_KERNEL=6.12|6.1  sandbox kernel (default 6.12; e2e/tools/build-uml.sh)
 #   E2E_IPTABLES=nft|legacy  iptables backend under test (default: nft on
 #                        6.12, legacy on 6.1; e2e/sandbox/uml-run)
+#   E2E_RULES_BACKEND=iptables|nftables  --rules-backend under test (default
+#                        iptables); the tests that read the rules and sets
+#                        read that backend's (e2e/framework/rulesbackend.go)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+case "${E2E_RULES_BACKEND:-iptables}/${E2E_KERNEL:-6.12}" in
+  iptables/* | nftables/6.12) ;;
+  nftables/*) echo "e2e: E2E_RULES_BACKEND=nftables needs E2E_KERNEL=6.12 (the 6.1 sandbox kernel has no inet nf_tables)" >&2; exit 2 ;;
+  *) echo "e2e: E2E_RULES_BACKEND=$E2E_RULES_BACKEND: want iptables or nftables" >&2; exit 2 ;;
+esac
 total_start=$(date +%s)
 trap print_timings EXIT
 

@@ -121,10 +121,23 @@ func (d LocalDetector) mode() LocalMode {
 	return d.Mode
 }
 
-// notLocal returns the iptables match words for "not from a pod" in
-// canonical iptables-save order (kube-proxy's IfNotLocal), or nil when
-// the detector cannot tell for family (no CIDR of that family).
-func (d LocalDetector) notLocal(family Family) ([]string, error) {
+// NotLocal is "this traffic did not come from a pod", as the detector
+// decides it for one family, in a form each rules backend renders (the
+// iptables words here, nftables statements in package nftrules). Exactly
+// one of Source and Interface is set.
+type NotLocal struct {
+	// Source: the source address is outside this prefix (masked).
+	Source netip.Prefix
+	// Interface: the packet did not arrive on this interface, or, when
+	// NamePrefix is true, on any interface whose name starts with it.
+	Interface  string
+	NamePrefix bool
+}
+
+// NotLocalFor returns the detector's decision for family; ok is false
+// when it cannot tell (no CIDR of that family), err when the detector is
+// misconfigured.
+func (d LocalDetector) NotLocalFor(family Family) (m NotLocal, ok bool, err error) {
 	switch d.mode() {
 	case LocalModeClusterCIDR:
 		return cidrNotLocal(d.ClusterCIDRs, family, "cluster CIDR")
@@ -132,16 +145,32 @@ func (d LocalDetector) notLocal(family Family) ([]string, error) {
 		return cidrNotLocal(d.NodeCIDRs, family, "node pod CIDR")
 	case LocalModeBridgeInterface:
 		if err := revalidate(d.BridgeInterface, 15, "BridgeInterface"); err != nil {
-			return nil, err
+			return NotLocal{}, false, err
 		}
-		return []string{"!", "-i", d.BridgeInterface.name}, nil
+		return NotLocal{Interface: d.BridgeInterface.name}, true, nil
 	case LocalModeInterfaceNamePrefix:
 		if err := revalidate(d.InterfaceNamePrefix, 14, "InterfaceNamePrefix"); err != nil {
-			return nil, err
+			return NotLocal{}, false, err
 		}
-		return []string{"!", "-i", d.InterfaceNamePrefix.name + "+"}, nil
+		return NotLocal{Interface: d.InterfaceNamePrefix.name, NamePrefix: true}, true, nil
 	}
-	return nil, fmt.Errorf("iptables: unknown detect-local-mode %q", d.Mode)
+	return NotLocal{}, false, fmt.Errorf("iptables: unknown detect-local-mode %q", d.Mode)
+}
+
+// notLocal returns the iptables match words for "not from a pod" in
+// canonical iptables-save order (kube-proxy's IfNotLocal), or nil when
+// the detector cannot tell for family (no CIDR of that family).
+func (d LocalDetector) notLocal(family Family) ([]string, error) {
+	m, ok, err := d.NotLocalFor(family)
+	switch {
+	case err != nil || !ok:
+		return nil, err
+	case m.Source.IsValid():
+		return []string{"!", "-s", m.Source.String()}, nil
+	case m.NamePrefix:
+		return []string{"!", "-i", m.Interface + "+"}, nil
+	}
+	return []string{"!", "-i", m.Interface}, nil
 }
 
 // revalidate checks a name again: cheap, and it keeps the guarantee even
@@ -153,26 +182,23 @@ func revalidate(n InterfaceName, max int, mode string) error {
 	return checkIfName(n.name, max)
 }
 
-// cidrNotLocal picks family's prefix from prefixes and returns
-// "! -s PREFIX", or nil if there is none.
-func cidrNotLocal(prefixes []netip.Prefix, family Family, what string) ([]string, error) {
+// cidrNotLocal picks family's prefix from prefixes; ok is false if
+// there is none.
+func cidrNotLocal(prefixes []netip.Prefix, family Family, what string) (NotLocal, bool, error) {
 	var found netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() {
-			return nil, fmt.Errorf("iptables: invalid %s %v", what, p)
+			return NotLocal{}, false, fmt.Errorf("iptables: invalid %s %v", what, p)
 		}
 		if p.Addr().Is4() != (family == IPv4) {
 			continue
 		}
 		if found.IsValid() {
-			return nil, fmt.Errorf("iptables: more than one IPv%d %s (%v, %v)", family, what, found, p)
+			return NotLocal{}, false, fmt.Errorf("iptables: more than one IPv%d %s (%v, %v)", family, what, found, p)
 		}
-		// iptables stores the masked network; write it that way so the
-		// saved rule compares equal.
+		// The kernel stores the masked network; use it that way so a
+		// read-back rule compares equal.
 		found = p.Masked()
 	}
-	if !found.IsValid() {
-		return nil, nil
-	}
-	return []string{"!", "-s", found.String()}, nil
+	return NotLocal{Source: found}, found.IsValid(), nil
 }

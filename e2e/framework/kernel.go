@@ -225,8 +225,13 @@ func HasAddr(link, addr string) (bool, error) {
 }
 
 // SetMembers lists the entries of an ipset as `ipset save` writes them
-// (e.g. "10.96.0.10,tcp:80"); a missing set is an error.
-func SetMembers(set string) (map[string]bool, error) {
+// (e.g. "10.96.0.10,tcp:80"); a missing set is an error. With the
+// nftables backend under test, ipvsproxy's sets are read from its table
+// (SetMembersIn).
+func SetMembers(set string) (map[string]bool, error) { return SetMembersIn(RulesBackend(), set) }
+
+// ipsetMembers is SetMembers of a real ipset.
+func ipsetMembers(set string) (map[string]bool, error) {
 	out, err := Run("ipset", "save", set)
 	if err != nil {
 		return nil, err
@@ -254,6 +259,7 @@ func DumpKernel() string {
 		{"iptables-save", "-t", "nat"},
 		{"iptables-save", "-t", "filter"},
 		{"iptables-save", "-t", "mangle"},
+		{"nft", "list", "table", "inet", NFTTable},
 	} {
 		out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(c, " "), out)

@@ -51,6 +51,7 @@ func NewProxy(path, kubeconfig, node, logPath string) *Proxy {
 			"--ipvs-sync-period", SyncPeriod.String(),
 			"--ipvs-min-sync-period", "0s",
 			"--iptables-backend", IPTablesBackend(),
+			"--rules-backend", RulesBackend(),
 			"--healthz-bind-address", "127.0.0.1:10256",
 			"--metrics-bind-address", "127.0.0.1:10249",
 			"-v", "2",

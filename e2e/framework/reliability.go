@@ -250,9 +250,10 @@ func ConntrackUDP(dst string, port int) ([]string, error) {
 	return lines, sc.Err()
 }
 
-// NatRules are the rules of the nat table (iptables-save -t nat, the backend under test)
-// that are ipvsproxy's: every "-A" line naming a KUBE- chain.
-func NatRules() ([]string, error) {
+// IPTablesNatRules are the rules of the nat table (iptables-save -t nat,
+// the iptables backend under test) that are ipvsproxy's: every "-A" line
+// naming a KUBE- chain.
+func IPTablesNatRules() ([]string, error) {
 	out, err := Run("iptables-save", "-t", "nat")
 	if err != nil {
 		return nil, err

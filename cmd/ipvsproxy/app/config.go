@@ -55,6 +55,8 @@ type IPVSProxyConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 	// IPTablesBackend is auto, legacy or nft (--iptables-backend).
 	IPTablesBackend string `json:"iptablesBackend,omitempty"`
+	// RulesBackend is iptables or nftables (--rules-backend).
+	RulesBackend string `json:"rulesBackend,omitempty"`
 	// GracefulTerminationPeriod is --ipvs-graceful-termination-period; a
 	// pointer because 0 ("delete at once") differs from unset (30 s).
 	GracefulTerminationPeriod *metav1.Duration `json:"gracefulTerminationPeriod,omitempty"`
@@ -287,6 +289,7 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 	if e := cf.IPVSProxy; e != nil {
 		b = append(b,
 			binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }},
+			binding{"rulesBackend", "rules-backend", e.RulesBackend != "", func() { o.RulesBackend = e.RulesBackend }},
 			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }},
 			binding{"criticalServices", "critical-services", e.CriticalServices != nil, func() { o.CriticalServices = append([]string{}, e.CriticalServices...) }},
 			binding{"removeStartupTaint", "remove-startup-taint", e.RemoveStartupTaint != "", func() { o.RemoveStartupTaint = e.RemoveStartupTaint }})
@@ -491,6 +494,7 @@ func (o *Options) EffectiveConfig() ([]byte, error) {
 	ext, err := yaml.Marshal(&IPVSProxyConfiguration{
 		TypeMeta:                  metav1.TypeMeta{APIVersion: ConfigAPIVersion, Kind: ConfigKind},
 		IPTablesBackend:           o.IPTablesBackend,
+		RulesBackend:              o.RulesBackend,
 		GracefulTerminationPeriod: &metav1.Duration{Duration: o.GracePeriod},
 		CriticalServices:          o.CriticalServices,
 		RemoveStartupTaint:        o.RemoveStartupTaint,

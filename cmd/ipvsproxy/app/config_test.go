@@ -244,6 +244,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"bad critical service names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ncriticalServices: [kube-dns]\n", `criticalServices: --critical-services "kube-dns": want NAMESPACE/NAME`},
 		{"bad taint key names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nremoveStartupTaint: \"a b\"\n", `removeStartupTaint: --remove-startup-taint "a b": not a taint key`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},
+		{"bad rules backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nrulesBackend: ebpf\n", `rulesBackend: --rules-backend "ebpf": want iptables or nftables`},
 		{"bad duration", kpHeader + "ipvs:\n  syncPeriod: soon\n", `time: invalid duration "soon"`},
 	}
 	for _, c := range cases {

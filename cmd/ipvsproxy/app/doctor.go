@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -43,11 +44,14 @@ func newDoctorCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 			return nil
 		})
 	cmd.Long = `Check this node for what ipvsproxy needs and what commonly goes wrong:
-kernel version and modules, the iptables backend, the IPVS and conntrack
+kernel version and modules, the iptables backend (with
+--rules-backend=nftables: whether the kernel holds an inet nf_tables
+table), the IPVS and conntrack
 sysctls (conn_reuse_mode left at 0 on a 5.9+ kernel, strict ARP off while
 load-balancer IPs are programmed), the conntrack table's use, ipvsproxy's
 sets against their maxelem, the kube-ipvs0 addresses, and what
-kube-router left behind. It only reads.
+kube-router left behind. It only reads (the nftables probe writes a
+table of its own and deletes it in the same transaction).
 
 Exit codes: 0 all well, 1 a warning or a failure, 2 the checks could not run.`
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "Output format: text (one line per check) or json.")
@@ -84,6 +88,15 @@ func doctorNode(o *Options) (doctor.Node, error) {
 		},
 		Scheduler: o.Scheduler,
 		OwnedSet:  func(name string) bool { return ours[name] },
+	}
+	if o.RulesBackend == RulesBackendNFTables {
+		n.NFTables = func() error { return nftrules.Probe() }
+		table, err := nftrules.New(nftrules.DefaultConfig(true, true))
+		if err != nil {
+			return doctor.Node{}, err
+		}
+		n.Sets = table.IPSets()
+		return n, nil
 	}
 	if sets, err := ipset.New(); err != nil {
 		n.SetsErr = err

@@ -18,19 +18,32 @@ import (
 )
 
 // nodeSetup owns the node-wide objects every service relies on: the
-// kube-ipvs0 link, the ipsets, the fixed iptables rules. ensure is run
-// before every full pass, so a deleted link, set or chain comes back.
+// kube-ipvs0 link, and the ipsets and fixed iptables rules or, with
+// --rules-backend=nftables, the nftables table. ensure is run before
+// every full pass, so a deleted link, set, chain or table comes back.
 type nodeSetup struct {
-	dummy  dummyif.Interface
+	dummy dummyif.Interface
+	// ipset is where the engine's sets are: the kernel's ipsets, or the
+	// table's ipset view.
 	ipset  ipset.Interface
 	sets   []ipset.Set
 	rules  []*iptables.Syncer
 	onFail func(iptables.Family) // counts an iptables-restore failure
+	// table is the nftables backend's table; nil with the iptables one.
+	table nftablesTable
+	// retire removes the other backend's node-wide objects after a full
+	// pass (a node switched between backends keeps nothing of the old).
+	retire *afterFirstPass
 }
 
 func (n *nodeSetup) ensure() error {
 	if err := n.dummy.EnsureLink(); err != nil {
 		return err
+	}
+	if n.table != nil {
+		// The whole structure in one transaction: a flushed or edited
+		// chain is repaired, the sets' elements are left alone.
+		return n.table.EnsureTable()
 	}
 	// Sets before rules: a rule that matches on a set needs the set.
 	for _, s := range n.sets {

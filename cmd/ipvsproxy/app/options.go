@@ -33,6 +33,7 @@ type Options struct {
 	TCPFinTimeout      time.Duration
 	UDPTimeout         time.Duration
 	IPTablesBackend    string
+	RulesBackend       string // --rules-backend: iptables (ipsets + iptables) or nftables
 	HealthzBindAddress string
 	MetricsBindAddress string
 	EnableProfiling    bool // --profiling: pprof handlers on the metrics server
@@ -71,6 +72,7 @@ func NewOptions() *Options {
 		SyncPeriod:         30 * time.Second,
 		MinSyncPeriod:      0,
 		IPTablesBackend:    "auto",
+		RulesBackend:       RulesBackendIPTables,
 		GracePeriod:        30 * time.Second,
 		CriticalServices:   append([]string(nil), sync.DefaultCriticalServices...),
 		HealthzBindAddress: "0.0.0.0:10256",
@@ -111,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TCPFinTimeout, "ipvs-tcpfin-timeout", o.TCPFinTimeout, "IPVS timeout for TCP connections after FIN; 0 leaves the kernel's value.")
 	fs.DurationVar(&o.UDPTimeout, "ipvs-udp-timeout", o.UDPTimeout, "IPVS timeout for UDP flows; 0 leaves the kernel's value.")
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
+	fs.StringVar(&o.RulesBackend, "rules-backend", o.RulesBackend, "Where the node-wide rules and the service sets live: iptables (ipsets and iptables rules, kube-proxy's names) or nftables (one nftables table, inet ipvsproxy; needs inet nf_tables). Switching removes what the other one made.")
 	fs.DurationVar(&o.GracePeriod, "ipvs-graceful-termination-period", o.GracePeriod, "How long a removed TCP/SCTP backend keeps its open connections (at weight 0) before it is deleted; 0 deletes at once. UDP backends are always deleted at once.")
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "How to tell cluster traffic (not masqueraded) from outside traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
 	fs.StringVar(&o.PodBridge, "pod-bridge-interface", o.PodBridge, "With --detect-local-mode=BridgeInterface: the bridge the pods are on.")
@@ -229,6 +232,9 @@ func (o *Options) check() error {
 	if _, err := iptables.ParseBackend(o.IPTablesBackend); err != nil {
 		return fmt.Errorf("--iptables-backend %q: want auto, legacy or nft", o.IPTablesBackend)
 	}
+	if err := validateRulesBackend(o.RulesBackend); err != nil {
+		return err
+	}
 	for _, a := range []struct{ flag, v string }{{"--healthz-bind-address", o.HealthzBindAddress}, {"--metrics-bind-address", o.MetricsBindAddress}} {
 		if a.v == "" {
 			continue
@@ -346,4 +352,19 @@ func (o *Options) validateNode() error {
 		}
 	}
 	return nil
+}
+
+// The --rules-backend values.
+const (
+	RulesBackendIPTables = "iptables"
+	RulesBackendNFTables = "nftables"
+)
+
+// validateRulesBackend checks --rules-backend.
+func validateRulesBackend(v string) error {
+	switch v {
+	case RulesBackendIPTables, RulesBackendNFTables:
+		return nil
+	}
+	return fmt.Errorf("--rules-backend %q: want iptables or nftables", v)
 }

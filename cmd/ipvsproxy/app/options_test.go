@@ -38,6 +38,7 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "at most one CIDR per IP family"},
 		{[]string{"--ipvs-exclude-cidrs", "nonsense"}, `--ipvs-exclude-cidrs: "nonsense" is not a CIDR`},
 		{[]string{"--iptables-backend", "ebpf"}, `--iptables-backend "ebpf": want auto, legacy or nft`},
+		{[]string{"--rules-backend", "ebpf"}, `--rules-backend "ebpf": want iptables or nftables`},
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
 		{[]string{"--ipvs-graceful-termination-period", "-1s"}, "--ipvs-graceful-termination-period -1s: must not be negative"},

@@ -66,7 +66,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	kernel, closeKernel, err := realKernel()
+	kernel, closeKernel, err := realKernel(o)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,10 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	startCanaryMonitor(ctx, reg, setup.rules)
+	kernel.IPSet = setup.ipset
+	if setup.table == nil {
+		startCanaryMonitor(ctx, reg, setup.rules)
+	}
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
 		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
 
@@ -147,23 +150,25 @@ func prepareKernel(o *Options, kernel owned.Kernel) error {
 	return applyTimeouts(kernel.IPVS, o)
 }
 
-// newNodeSetup resolves the iptables backend and the families in use,
-// and makes what every sync first ensures: kube-ipvs0, the sets, and the
-// fixed iptables rules (with the pod CIDRs of the Node for
-// --detect-local-mode=NodeCIDR).
+// newNodeSetup resolves the rules backend and the families in use, and
+// makes what every sync first ensures: kube-ipvs0, and the sets and the
+// fixed iptables rules or the nftables table (with the pod CIDRs of the
+// Node for --detect-local-mode=NodeCIDR).
 func newNodeSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics *sync.Metrics, client kubernetes.Interface, nodeName string) (*nodeSetup, bool, error) {
+	if o.RulesBackend == RulesBackendNFTables {
+		return newTableSetup(ctx, o, kernel, client, nodeName)
+	}
 	backend, err := proxyIPTablesBackend(o)
 	if err != nil {
 		return nil, false, err
 	}
 	v6 := ipv6Usable(backend)
 	setup := &nodeSetup{dummy: kernel.Dummy, ipset: kernel.IPSet, sets: owned.Sets(true, v6),
-		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() }}
-	detector := o.parsed.detector
-	if detector.Mode == iptables.LocalModeNodeCIDR {
-		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
-			return nil, false, err
-		}
+		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() },
+		retire: &afterFirstPass{what: "the nftables table", do: removeNFTablesBackend}}
+	detector, err := localDetector(ctx, o, client, nodeName)
+	if err != nil {
+		return nil, false, err
 	}
 	var warnings []string
 	if setup.rules, warnings, err = ruleSyncers(o, backend, detector, v6); err != nil {
@@ -173,6 +178,19 @@ func newNodeSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics 
 		klog.InfoS("iptables: " + w)
 	}
 	return setup, v6, nil
+}
+
+// localDetector is --detect-local-mode's detector, with the Node's pod
+// CIDRs for NodeCIDR (waited for, as kube-proxy does).
+func localDetector(ctx context.Context, o *Options, client kubernetes.Interface, nodeName string) (iptables.LocalDetector, error) {
+	detector := o.parsed.detector
+	if detector.Mode == iptables.LocalModeNodeCIDR {
+		var err error
+		if detector.NodeCIDRs, err = waitForPodCIDRs(ctx, client, nodeName); err != nil {
+			return iptables.LocalDetector{}, err
+		}
+	}
+	return detector, nil
 }
 
 // engine is the sync engine and what it reports through.
@@ -196,15 +214,7 @@ func (e *engine) close() {
 func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.Metrics, reg prometheus.Registerer,
 	client kubernetes.Interface, nodeName string, v6 bool, started time.Time) *engine {
 	e := &engine{}
-	var ownedSets []string
-	for _, s := range setup.sets {
-		ownedSets = append(ownedSets, s.Name)
-	}
-	rec := sync.NewReconciler(kernel, ownedSets, o.parsed.exclude)
-	rec.SetGracePeriod(o.GracePeriod)
-	rec.SetNodeName(nodeName)
-	rec.SetSpecs(setup.sets)
-	rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }
+	rec := newReconciler(o, kernel, setup, metrics, nodeName)
 	var cleaner conntrack.Cleaner
 	if ct, err := conntrack.New(); err != nil {
 		// Services still work; only clients of a replaced UDP backend may
@@ -228,13 +238,39 @@ func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.
 		Events:          events,
 		HealthChecks:    e.healthChecks,
 		Conntrack:       cleaner,
-		OnFullSync:      sizingCheck(reg),
+		OnFullSync:      afterFullSync(sizingCheck(reg), setup.retire),
 		SchedulerLoaded: ipvs.SchedulerLoaded,
 		Metrics:         metrics,
 		Critical:        o.parsed.critical,
 		Started:         started,
 	}, e.tracker, rec)
 	return e
+}
+
+// newReconciler is the engine's writer over kernel, whose IPSet is
+// setup's sets. ipsets grow (SetSpecs); nft sets have no maxelem.
+func newReconciler(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.Metrics, nodeName string) *sync.Reconciler {
+	var ownedSets []string
+	for _, s := range setup.sets {
+		ownedSets = append(ownedSets, s.Name)
+	}
+	rec := sync.NewReconciler(kernel, ownedSets, o.parsed.exclude)
+	rec.SetGracePeriod(o.GracePeriod)
+	rec.SetNodeName(nodeName)
+	if setup.table == nil {
+		rec.SetSpecs(setup.sets)
+		rec.OnSetGrown = func(string, uint32) { metrics.SetGrowths.Inc() }
+	}
+	return rec
+}
+
+// afterFullSync is the runner's full-pass hook: the sizing advice, then
+// the removal of the other rules backend.
+func afterFullSync(sizing func(vs, rs int), retire *afterFirstPass) func(vs, rs int) {
+	return func(vs, rs int) {
+		sizing(vs, rs)
+		retire.run()
+	}
 }
 
 // serveAll starts the healthz and metrics servers (each disabled by an

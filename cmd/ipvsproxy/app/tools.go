@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/cleanup"
 	"github.com/ipvsproxy/ipvsproxy/cmd/ipvsproxy/nodewatch"
@@ -24,6 +25,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -141,8 +143,10 @@ func checkOutput(cmd *cobra.Command, output string) error {
 	return nil
 }
 
-// realKernel opens the kernel adapters the tools read and write.
-func realKernel() (owned.Kernel, func(), error) {
+// realKernel opens the kernel adapters the proxy and the tools read and
+// write. With --rules-backend=nftables a node needs no ip_set module:
+// without it there are no ipsets (of an earlier iptables backend) either.
+func realKernel(o *Options) (owned.Kernel, func(), error) {
 	h, err := ipvs.New()
 	if err != nil {
 		return owned.Kernel{}, nil, err
@@ -152,7 +156,12 @@ func realKernel() (owned.Kernel, func(), error) {
 		h.Close()
 		return owned.Kernel{}, nil, err
 	}
-	sets, err := ipset.New()
+	var sets ipset.Interface
+	sets, err = ipset.New()
+	if err != nil && o.RulesBackend == RulesBackendNFTables {
+		klog.InfoS("No ipsets to look at", "err", err)
+		sets, err = noIPSets{}, nil
+	}
 	if err != nil {
 		h.Close()
 		return owned.Kernel{}, nil, err
@@ -160,36 +169,58 @@ func realKernel() (owned.Kernel, func(), error) {
 	return owned.Kernel{IPVS: h, Dummy: dummy, IPSet: sets}, h.Close, nil
 }
 
+// toolKernel is realKernel whose sets are, with --rules-backend=nftables,
+// the table's: diff and status read what the proxy writes.
+func toolKernel(o *Options) (owned.Kernel, func(), error) {
+	k, closeKernel, err := realKernel(o)
+	if err != nil || o.RulesBackend != RulesBackendNFTables {
+		return k, closeKernel, err
+	}
+	table, err := nftrules.New(nftrules.DefaultConfig(true, true))
+	if err != nil {
+		closeKernel()
+		return owned.Kernel{}, nil, err
+	}
+	k.IPSet = table.IPSets()
+	return k, func() { _ = table.Close(); closeKernel() }, nil
+}
+
 func runCleanup(o *Options, out io.Writer) error {
-	k, closeKernel, err := realKernel()
+	k, closeKernel, err := realKernel(o)
 	if err != nil {
 		return err
 	}
 	defer closeKernel()
-	exclude := o.parsed.exclude
-	// The chains and jumps do not depend on the local-traffic detector, so
-	// any valid one names them; NodeCIDR would otherwise need the API.
-	backend, err := iptablesBackend(o)
+	rules, err := ruleCleaners(o)
+	if err != nil && o.RulesBackend == RulesBackendNFTables {
+		// A node run with nftables may have no iptables tools at all.
+		klog.InfoS("Not looking for iptables chains to remove", "err", err)
+		rules, err = nil, nil
+	}
 	if err != nil {
 		return err
-	}
-	rules, _, err := ruleSyncers(o, backend, iptables.LocalDetector{Mode: iptables.LocalModeClusterCIDR}, ipv6Usable(backend))
-	if err != nil {
-		return err
-	}
-	cleaners := make([]cleanup.RuleCleaner, len(rules))
-	for i, r := range rules {
-		cleaners[i] = r
 	}
 	nodePorts, err := toolNodePorts(o, k.Dummy)
 	if err != nil {
 		// Without them node-port ownership cannot be decided: remove nothing.
 		return err
 	}
-	// Both families' sets: the node may have run with IPv6 before.
-	res, err := cleanup.Run(cleanup.Config{Kernel: k, Sets: owned.Sets(true, true), Rules: cleaners, Exclude: exclude, NodePorts: nodePorts})
-	fmt.Fprintf(out, "removed %d virtual servers, %d addresses, %d ipsets, link %s: %t; iptables chains and jump rules cleaned\n",
-		res.VirtualServers, res.Addresses, res.Sets, dummyif.DefaultLinkName, res.Link)
+	table, err := nftrules.New(nftrules.DefaultConfig(true, true))
+	if err != nil {
+		return err
+	}
+	defer table.Close()
+	// Both families' sets: the node may have run with IPv6 before. Both
+	// backends' objects: it may have run with the other one.
+	c := cleanup.Config{Kernel: k, Sets: owned.Sets(true, true), Rules: rules, Table: table, Exclude: o.parsed.exclude, NodePorts: nodePorts}
+	if o.RulesBackend == RulesBackendNFTables {
+		// Ownership is read from the table's sets; the ipsets are the
+		// iptables backend's leftovers.
+		c.Kernel.IPSet, c.IPSets = table.IPSets(), k.IPSet
+	}
+	res, err := cleanup.Run(c)
+	fmt.Fprintf(out, "removed %d virtual servers, %d addresses, %d ipsets, link %s: %t; iptables chains and jump rules cleaned; nftables table inet %s gone: %t\n",
+		res.VirtualServers, res.Addresses, res.Sets, dummyif.DefaultLinkName, res.Link, nftrules.TableName, res.Table)
 	return err
 }
 
@@ -208,7 +239,7 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	if err != nil {
 		return inspect.Diff{}, err
 	}
-	k, closeKernel, err := realKernel()
+	k, closeKernel, err := toolKernel(o)
 	if err != nil {
 		return inspect.Diff{}, err
 	}
@@ -244,6 +275,9 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 // this node (same backend, families and local-traffic detector) with the
 // kernel's, reading each table once and writing nothing.
 func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
+	if o.RulesBackend == RulesBackendNFTables {
+		return nil, nil // the table's rules are rewritten whole on every full pass; no drift read yet
+	}
 	backend, err := iptablesBackend(o)
 	if err != nil {
 		return nil, err
@@ -333,7 +367,7 @@ func listCluster(ctx context.Context, client kubernetes.Interface, nodeName stri
 }
 
 func runStatus(ctx context.Context, o *Options, out io.Writer) error {
-	k, closeKernel, err := realKernel()
+	k, closeKernel, err := toolKernel(o)
 	if err != nil {
 		return err
 	}
@@ -396,6 +430,9 @@ func fetchMetrics(ctx context.Context, url string) (*inspect.ProxyMetrics, error
 
 // toolIPv6 decides, as the proxy does, whether this node programs IPv6.
 func toolIPv6(o *Options) (bool, error) {
+	if o.RulesBackend == RulesBackendNFTables {
+		return kernelHasIPv6(), nil
+	}
 	backend, err := iptablesBackend(o)
 	if err != nil {
 		return false, err

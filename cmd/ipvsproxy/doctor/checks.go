@@ -149,7 +149,8 @@ func setFill(n Node) ([]Check, int) {
 		if max == 0 {
 			max = ipset.DefaultMaxElem
 		}
-		if s.Type != ipset.BitmapPort && uint64(len(entries))*10 >= uint64(max)*9 {
+		// nft sets (the nftables backend) have no maxelem.
+		if n.NFTables == nil && s.Type != ipset.BitmapPort && uint64(len(entries))*10 >= uint64(max)*9 {
 			out = append(out, Check{"ipset " + s.Name, Warn, fmt.Sprintf("%d of maxelem %d: the next sync grows it (swap to a larger set)", len(entries), max)})
 		}
 	}

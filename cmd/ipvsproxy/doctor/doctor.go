@@ -50,6 +50,10 @@ type Node struct {
 	Save      func(backend, table string) ([]byte, error)
 	Scheduler string                 // --ipvs-scheduler
 	OwnedSet  func(name string) bool // whether ipvsproxy owns the set
+	// NFTables is set with --rules-backend=nftables: whether the kernel
+	// can hold the table (nftrules.Probe). Then Sets is the table's
+	// ipset view, and the iptables checks are skipped.
+	NFTables func() error
 }
 
 // Run runs every check.
@@ -59,7 +63,11 @@ func Run(n Node) []Check {
 	out = append(out, modules(n)...)
 	out = append(out, sysctls(n)...)
 	out = append(out, conntrackFill(n.Sysctl))
-	out = append(out, backend(n)...)
+	if n.NFTables != nil {
+		out = append(out, nftables(n.NFTables))
+	} else {
+		out = append(out, backend(n)...)
+	}
 	sets, lbEntries := setFill(n)
 	out = append(out, sets...)
 	out = append(out, strictARP(n, lbEntries), addresses(n.Dummy))
@@ -121,8 +129,13 @@ func kernel(release string) Check {
 }
 
 func modules(n Node) []Check {
+	sets := "ip_set"
+	if n.NFTables != nil {
+		sets = "nf_tables"
+	}
+	want := []string{"ip_vs", "ip_vs_" + n.Scheduler, sets, "nf_conntrack", "dummy"}
 	var missing []string
-	for _, m := range []string{"ip_vs", "ip_vs_" + n.Scheduler, "ip_set", "nf_conntrack", "dummy"} {
+	for _, m := range want {
 		if !n.Module(m) {
 			missing = append(missing, m)
 		}
@@ -131,5 +144,14 @@ func modules(n Node) []Check {
 		return []Check{{"kernel modules", Fail, "not loaded: " + strings.Join(missing, ", ") +
 			" (ipvsproxy's container cannot load modules: the privileged init container or the host must)"}}
 	}
-	return []Check{{"kernel modules", OK, "ip_vs, ip_vs_" + n.Scheduler + ", ip_set, nf_conntrack, dummy"}}
+	return []Check{{"kernel modules", OK, strings.Join(want, ", ")}}
+}
+
+// nftables: the nftables backend needs nf_tables with the inet family
+// and nat chains, which a kernel may lack (the 6.1 sandbox kernel does).
+func nftables(probe func() error) Check {
+	if err := probe(); err != nil {
+		return Check{"nftables", Fail, err.Error()}
+	}
+	return Check{"nftables", OK, "the kernel holds an inet table with nat and filter base chains (--rules-backend=nftables)"}
 }

@@ -162,3 +162,34 @@ func TestNoIPSetModule(t *testing.T) {
 		t.Errorf("ipsets: %+v", c)
 	}
 }
+
+// With --rules-backend=nftables: a kernel without inet nf_tables fails
+// one check with one line; nf_tables replaces ip_set among the modules;
+// the iptables checks are not made (the node may have no iptables).
+func TestNFTablesBackend(t *testing.T) {
+	n, _, _, _ := healthy(t)
+	n.Backend = func() (string, error) { return "", errors.New("no iptables") }
+	loaded := map[string]bool{"ip_vs": true, "ip_vs_rr": true, "nf_tables": true, "nf_conntrack": true, "dummy": true}
+	n.Module = func(m string) bool { return loaded[m] }
+	unsupported := errors.New("nftrules: this kernel's nf_tables cannot hold an inet table (operation not supported)")
+	n.NFTables = func() error { return unsupported }
+	checks := Run(n)
+	if c := find(checks, "nftables"); c.Status != Fail || c.Detail != unsupported.Error() {
+		t.Errorf("nftables check: %+v", c)
+	}
+	if c := find(checks, "kernel modules"); c.Status != OK || !strings.Contains(c.Detail, "nf_tables") {
+		t.Errorf("modules: %+v", c)
+	}
+	if c := find(checks, "iptables backend"); c != (Check{}) {
+		t.Errorf("iptables checked with the nftables backend: %+v", c)
+	}
+	n.NFTables = func() error { return nil }
+	if c := find(Run(n), "nftables"); c.Status != OK {
+		t.Errorf("nftables check on a capable kernel: %+v", c)
+	}
+	var text bytes.Buffer
+	n.NFTables = func() error { return unsupported }
+	if err := WriteText(&text, Run(n)); err != nil || strings.Count(text.String(), "nftables") != 1 {
+		t.Errorf("text: %v\n%s", err, text.String())
+	}
+}

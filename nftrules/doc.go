@@ -1,0 +1,25 @@
+// Package nftrules is the nftables backend of ipvsproxy's node-wide
+// rules and service sets: one table, "inet ipvsproxy", owned whole,
+// holding the behaviour of the iptables backend's fixed rules (package
+// iptables) and of kube-proxy's ipsets, programmed over netlink with
+// github.com/google/nftables — no nft, iptables or ipset process.
+//
+// The parts, one job each:
+//   - sets.go: which nft set stands in for each ipset (the table is on
+//     the mappings variable), and an ipset.Entry as an element's key;
+//   - rules.go and table.go: the table's chains and rules for a Config;
+//   - stmt.go: each rule part as kernel expressions and as `nft list`
+//     prints it — one value, so the fake's text and the kernel's
+//     messages cannot drift apart;
+//   - writer.go: Interface, shared by both backends: the structure in
+//     one transaction, elements in transactions of at most MaxBatch;
+//   - ipsets.go: IPSets, the table's sets as ipset.Interface for the
+//     engine's owned.Kernel;
+//   - netlink_linux.go: transactions to the kernel; fakekernel.go:
+//     transactions to an in-memory nf_tables that refuses what the
+//     kernel refuses, with its errno; fake.go: Fake, whose String is
+//     `nft list table inet ipvsproxy`.
+//
+// The engine keeps its shape: it names sets by their ipset names and
+// entries as ipset.Entry, and this package maps them.
+package nftrules
