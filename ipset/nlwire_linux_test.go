@@ -21,18 +21,7 @@ import (
 // An entry encoded for an add decodes to itself, as a dump would return it
 // (the kernel sends back the attributes an add takes).
 func TestEntryWireRoundTrip(t *testing.T) {
-	for _, e := range []Entry{
-		{IP: ip("10.96.0.1")},
-		{IP: ip("fd00::1")},
-		{IP: ip("10.96.0.1"), Protocol: "tcp", Port: 443},
-		{IP: ip("fd00::1"), Protocol: "sctp", Port: 9},
-		{IP: ip("10.244.1.5"), Protocol: "udp", Port: 53, IP2: ip("10.244.1.5")},
-		{IP: ip("2001:db8::1"), Protocol: "tcp", Port: 80, IP2: ip("fd00::5")},
-		{IP: ip("192.0.2.1"), Protocol: "tcp", Port: 80, Net: cidr("10.1.2.0/24")},
-		{IP: ip("2001:db8::1"), Protocol: "tcp", Port: 80, Net: cidr("fd00:2::1/128")},
-		{Port: 0},
-		{Port: 30080},
-	} {
+	for _, e := range wireEntries {
 		wire := entryData(e, "a comment").Serialize()
 		if got := decodeEntry(wire[4:]); got != e {
 			t.Errorf("round trip of %+v gave %+v", e, got)
@@ -214,6 +203,8 @@ func TestBatchEntryWire(t *testing.T) {
 	}
 }
 
+// wireEntries hold an entry of every shape the sets take: each family,
+// protocol, a second address, a net, a bare port.
 var wireEntries = []Entry{
 	{IP: ip("10.96.0.1")},
 	{IP: ip("fd00::1")},
