@@ -373,9 +373,20 @@ func readyVerdict(ready float64, p programmed) (text string, early bool) {
 		ready-p.Seconds, p.Seconds, seconds(p.PrevReadBeganSeconds, "none")), false
 }
 
+// measured reports whether the start-up was watched at all: watchStartup
+// begins every time at -1 (unknown), so all of them 0 means a run that
+// failed before the proxy started.
+func (s startup) measured() bool {
+	return s.CriticalKernelSeconds != 0 || s.ReadyzSeconds != 0 || s.InformersSyncedSeconds != 0 || s.ListsSentSeconds != 0
+}
+
 // startupMarkdown is the summary's start-up table.
 func (r *report) startupMarkdown(b *strings.Builder) {
 	s := r.Startup
+	if !s.measured() {
+		b.WriteString("\nStart-up (issue 20): not measured (the run ended before the proxy started).\n")
+		return
+	}
 	row := func(k, format string, v ...any) { fmt.Fprintf(b, "| %s | "+format+" |\n", append([]any{k}, v...)...) }
 	fmt.Fprintf(b, "\nStart-up (issue 20): the critical services %s, listed after the other %d; seconds from the proxy's launch\n\n",
 		criticalNames(), r.N)

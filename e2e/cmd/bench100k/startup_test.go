@@ -182,3 +182,13 @@ func TestPollReadyz(t *testing.T) {
 		t.Errorf("a proxy without /readyz: ready at %v, last answer %q", s.ReadyzSeconds, s.ReadyzLastStatus)
 	}
 }
+
+// A run that failed before the proxy started says so, rather than a
+// table of zeros and a target "met".
+func TestStartupNotMeasured(t *testing.T) {
+	var b strings.Builder
+	(&report{}).startupMarkdown(&b)
+	if got := b.String(); !strings.Contains(got, "not measured") || strings.Contains(got, "met") {
+		t.Fatalf("startup table of a run that never started:\n%s", got)
+	}
+}
