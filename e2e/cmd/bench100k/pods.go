@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The sampled services' endpoints are pods on this node, addressed as
@@ -93,7 +94,10 @@ func (p *pod) plumb() error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth: %w", err)
 	}
-	in, err := netlink.NewHandleAt(p.ns)
+	// Route sockets only: with no families named, the handle also opens
+	// NETLINK_XFRM, which the sandbox's own kernels (built without
+	// CONFIG_XFRM_USER) refuse with EPROTONOSUPPORT.
+	in, err := netlink.NewHandleAt(p.ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}
