@@ -363,11 +363,10 @@ func TestSandboxLargeSet(t *testing.T) {
 	for _, e := range want {
 		must(t, f.AddEntry(s.Name, e))
 	}
-	hashsize := regexp.MustCompile(` hashsize \d+`)
 	start = time.Now()
-	kernel := hashsize.ReplaceAllString(canonical(ipsetTool(t, "save", s.Name)), "")
+	kernel := hashSize.ReplaceAllString(canonical(ipsetTool(t, "save", s.Name)), "")
 	t.Logf("ipset save of %d entries (one ipset process): %v", count, time.Since(start).Round(time.Millisecond))
-	if fake := hashsize.ReplaceAllString(canonical(f.String()), ""); kernel != fake {
+	if fake := hashSize.ReplaceAllString(canonical(f.String()), ""); kernel != fake {
 		t.Errorf("kernel ipset save differs from the Fake's (%d and %d bytes)", len(kernel), len(fake))
 	}
 
