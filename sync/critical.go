@@ -5,6 +5,7 @@ import (
 	"strings"
 	gosync "sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -124,13 +125,14 @@ func (c CriticalServices) keepLabels(labels map[string]string) map[string]string
 type criticalProgress struct {
 	active  atomic.Bool // until the moment is told; afterwards nothing is followed
 	mu      gosync.Mutex
-	pending map[string]uint64 // key → the number of its latest change
+	pending map[string]uint64    // key → the number of its latest change
+	since   map[string]time.Time // key → when it became pending (logged: how long it waited)
 	last    uint64
 	seen    map[string]bool // the critical keys programmed so far
 }
 
 func newCriticalProgress() *criticalProgress {
-	p := &criticalProgress{pending: map[string]uint64{}, seen: map[string]bool{}}
+	p := &criticalProgress{pending: map[string]uint64{}, since: map[string]time.Time{}, seen: map[string]bool{}}
 	p.active.Store(true)
 	return p
 }
@@ -139,14 +141,17 @@ func newCriticalProgress() *criticalProgress {
 // finish told the moment): callers skip telling it otherwise.
 func (p *criticalProgress) following() bool { return p.active.Load() }
 
-// changed notes a change to a critical key.
-func (p *criticalProgress) changed(key string) {
+// changed notes a change to a critical key, made at now.
+func (p *criticalProgress) changed(key string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending == nil {
 		return // told already
 	}
 	p.last++
+	if _, ok := p.pending[key]; !ok {
+		p.since[key] = now
+	}
 	p.pending[key] = p.last
 }
 
@@ -161,17 +166,23 @@ func (p *criticalProgress) syncing(key string) uint64 {
 	return p.pending[key]
 }
 
-// synced notes that key's sync that began at change n succeeded.
-func (p *criticalProgress) synced(key string, n uint64) {
+// synced notes that key's sync that began at change n succeeded, and
+// returns since when key had been pending (zero when it still is: a newer
+// change came meanwhile).
+func (p *criticalProgress) synced(key string, n uint64) time.Time {
 	if n == 0 {
-		return
+		return time.Time{}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.pending[key] == n {
-		delete(p.pending, key)
-		p.seen[key] = true
+	if p.pending[key] != n {
+		return time.Time{}
 	}
+	since := p.since[key]
+	delete(p.pending, key)
+	delete(p.since, key)
+	p.seen[key] = true
+	return since
 }
 
 // finish reports, once, that nothing critical is pending once listed
@@ -187,6 +198,6 @@ func (p *criticalProgress) finish(listed bool) (int, bool) {
 		return 0, false
 	}
 	n := len(p.seen)
-	p.pending, p.seen = nil, nil
+	p.pending, p.since, p.seen = nil, nil, nil
 	return n, true
 }

@@ -198,7 +198,7 @@ func (r *Runner) changed(key string, endpoints bool) {
 	r.lastQueued.CompareAndSwap(0, now.UnixNano())
 	r.metrics.changed(endpoints, now)
 	if r.critical.following() && r.isCritical(key) {
-		r.critical.changed(key)
+		r.critical.changed(key, now)
 	}
 	r.enqueue(key)
 }
