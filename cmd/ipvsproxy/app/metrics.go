@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/component-base/metrics/legacyregistry"
-	_ "k8s.io/component-base/metrics/prometheus/clientgo" // rest_client_* (and workqueue_*) through component-base's adapter, as kube-proxy
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // rest_client_* through component-base's adapter, as kube-proxy (the runner's queue has no name, so no workqueue_*: sync/runner.go)
 	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info, as kube-proxy
 )
 
