@@ -16,7 +16,8 @@ import (
 
 // clusterIPKey is an element of cluster-ip-v4 as the kernel returns it:
 // ipv4_addr . inet_proto . inet_service, each field in a 32-bit register
-// (`nft list set inet ipvsproxy cluster-ip-v4` prints 10.96.0.10 . tcp . 80).
+// (`nft list set inet ipvsproxy cluster-ip-v4` prints 10.96.0.10 . tcp . 80;
+// the bytes nftrules encodes that entry to, checked once by hand).
 func clusterIPKey(a, b, c, d byte, proto byte, port uint16) nftables.SetElement {
 	return nftables.SetElement{Key: []byte{a, b, c, d, proto, 0, 0, 0, byte(port >> 8), byte(port), 0, 0}}
 }
