@@ -19,7 +19,9 @@ import (
 // and the ipsets for ipvsproxy and kube-proxy's IPVS mode, IPVS and the
 // sets of the table inet ipvsproxy for ipvsproxy-nftables, nf_tables for
 // kube-proxy's nftables mode. Every look is a read the benchmark makes
-// itself over netlink or /proc: no process is spawned while timing.
+// itself over netlink or /proc — but the ipsets' headers, read with
+// `ipset list -t` once IPVS is complete: no other process is spawned
+// while timing.
 type kernelView interface {
 	// progress compares the kernel with the whole workload.
 	progress() (progress, error)
@@ -204,6 +206,7 @@ func (v *ipvsView) progress() (progress, error) {
 			v.setsErr = err.Error()
 			return p, nil
 		}
+		v.setsErr = ""
 		p.complete = setsComplete(v.w, clusterIPs, nodePorts)
 	}
 	return p, nil
