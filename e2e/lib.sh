@@ -136,3 +136,53 @@ restore_map_count() {
   [ -n "$map_count_restore" ] || return 0
   sysctl -qw vm.max_map_count="$map_count_restore" && echo "    vm.max_map_count restored to $map_count_restore" >&2
 }
+
+# bench_proxies KERNEL LARGEST [LIST]: bench.sh's proxies (BENCH_PROXIES:
+# LIST, space or comma separated; empty: the default for the kernel and
+# the largest size), printed on one line. The default is every proxy,
+# without kube-proxy's IPVS mode past 5,000 services (its first sync
+# alone takes about an hour at 10,000, past BENCH_PROGRAM_TIMEOUT's 30
+# minutes). On 6.1 (no inet nf_tables) the nftables variants are left
+# out, with one line saying so. An unknown name stops with status 2.
+bench_proxies() {
+  local kernel=$1 largest=$2 list=${3:-} p out=() dropped=()
+  if [ -z "$list" ]; then
+    list="ipvsproxy ipvsproxy-nftables kube-proxy-nftables kube-proxy"
+    if [ "$largest" -gt 5000 ]; then
+      list=${list% kube-proxy}
+      echo "bench: kube-proxy (IPVS mode) is not in the default past 5,000 services (its first sync takes about an hour at 10k); name it in BENCH_PROXIES to measure it" >&2
+    fi
+  fi
+  for p in ${list//,/ }; do
+    case "$p" in
+      ipvsproxy | kube-proxy) out+=("$p") ;;
+      ipvsproxy-nftables | kube-proxy-nftables)
+        if [ "$kernel" = 6.1 ]; then dropped+=("$p"); else out+=("$p"); fi ;;
+      *) echo "bench: BENCH_PROXIES: unknown proxy $p (ipvsproxy, ipvsproxy-nftables, kube-proxy, kube-proxy-nftables)" >&2; return 2 ;;
+    esac
+  done
+  [ ${#dropped[@]} -eq 0 ] || echo "bench: left out on the 6.1 kernel (no inet nf_tables): ${dropped[*]}" >&2
+  if [ ${#out[@]} -eq 0 ]; then
+    echo "bench: no proxy to measure" >&2
+    return 2
+  fi
+  echo "${out[*]}"
+}
+
+# bench_proxy_flags PROXIES IPVSPROXY KUBE_PROXY: e2e/cmd/bench's flags
+# choosing PROXIES (bench_proxies' line), one argument per line: each
+# binary's variants, in PROXIES' order, as its mode flag's values.
+# ipvsproxy's variants run first (the table's ratios are against the first).
+bench_proxy_flags() {
+  local backends= modes= p
+  for p in $1; do
+    case "$p" in
+      ipvsproxy) backends+=" iptables" ;;
+      ipvsproxy-nftables) backends+=" nftables" ;;
+      kube-proxy) modes+=" ipvs" ;;
+      kube-proxy-nftables) modes+=" nftables" ;;
+    esac
+  done
+  [ -z "$backends" ] || printf '%s\n' --ipvsproxy "$2" --ipvsproxy-backends "${backends# }"
+  [ -z "$modes" ] || printf '%s\n' --kube-proxy "$3" --kube-proxy-modes "${modes# }"
+}

@@ -188,3 +188,23 @@ func TestIPSetsBatchedEntries(t *testing.T) {
 		t.Fatalf("AddEntries(nil): %v", err)
 	}
 }
+
+// SetFor names the sets the benchmark reads: the ones the engine's
+// writes land in through the view.
+func TestSetFor(t *testing.T) {
+	for _, tc := range []struct{ ipset, set, proto string }{
+		{owned.SetClusterIP, "cluster-ip-v4", ""},
+		{owned.SetName(owned.SetClusterIP, true), "cluster-ip-v6", ""},
+		{owned.SetNodePortTCP, "node-port-v4", "tcp"},
+		{owned.SetNodePortUDP, "node-port-v4", "udp"},
+		{owned.SetName(owned.SetNodePortTCP, true), "node-port-v6", "tcp"},
+	} {
+		set, proto, ok := SetFor(tc.ipset)
+		if !ok || set != tc.set || proto != tc.proto {
+			t.Errorf("SetFor(%s) = %q, %q, %v; want %q, %q", tc.ipset, set, proto, ok, tc.set, tc.proto)
+		}
+	}
+	if _, _, ok := SetFor("KUBE-NOT-A-SET"); ok {
+		t.Errorf("SetFor(KUBE-NOT-A-SET) is ok")
+	}
+}

@@ -118,6 +118,24 @@ var mappings = []mapping{
 	{owned.SetIPVSIPs, "ipvs-ips", keyIP, ""},
 }
 
+// SetFor is the nft set of the table that holds the entries of the
+// ipset named ipsetName (owned.SetName of an owned set, either family)
+// and, for a node-port bitmap, the protocol its elements carry in their
+// key (KUBE-NODE-PORT-TCP: "tcp"; the UDP bitmap shares the set), ""
+// for every other set. ok is false for a name no nft set stands in for.
+// Exported for the benchmark (e2e/cmd/bench), which reads the table's
+// sets over netlink itself and must look where this backend writes.
+func SetFor(ipsetName string) (set, proto string, ok bool) {
+	for _, v6 := range []bool{false, true} {
+		for _, m := range mappings {
+			if owned.SetName(m.ipset, v6) == ipsetName {
+				return setName(m.nft, v6), m.proto, true
+			}
+		}
+	}
+	return "", "", false
+}
+
 // setSpec is one nft set of the table.
 type setSpec struct {
 	name string

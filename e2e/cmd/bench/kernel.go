@@ -11,13 +11,17 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipsets"
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipvstext"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/moby/ipvs"
 )
 
 // kernelView is how the benchmark reads one proxy's data plane: IPVS
-// (and ipsets) for ipvsproxy and kube-proxy's IPVS mode, nf_tables for
+// and the ipsets for ipvsproxy and kube-proxy's IPVS mode, IPVS and the
+// sets of the table inet ipvsproxy for ipvsproxy-nftables, nf_tables for
 // kube-proxy's nftables mode. Every look is a read the benchmark makes
-// itself over netlink or /proc: no process is spawned while timing.
+// itself over netlink or /proc — but the ipsets' headers, read with
+// `ipset list -t` once IPVS is complete: no other process is spawned
+// while timing.
 type kernelView interface {
 	// progress compares the kernel with the whole workload.
 	progress() (progress, error)
@@ -129,33 +133,93 @@ func measure(t ipvsTable, want map[string][]string) progress {
 	return p
 }
 
-// ipvsView reads IPVS and the ipsets: the data plane of both IPVS proxies.
+// ipvsView reads IPVS and the sets that admit the traffic: the data
+// plane of ipvsproxy (either rules backend) and of kube-proxy's IPVS mode.
 type ipvsView struct {
-	w      *workload
-	nodeIP string
-	h      *ipvs.Handle
+	w       *workload
+	nodeIP  string
+	h       *ipvs.Handle
+	sets    setCounter
+	setsErr string // the last error reading sets
 }
 
+// setCounter counts the entries of the two service sets the fixed rules
+// accept the workload's traffic by: KUBE-CLUSTER-IP (an entry per
+// ClusterIP, protocol and port) and KUBE-NODE-PORT-TCP (a TCP node
+// port); -1 for a set that does not exist (yet).
+type setCounter interface {
+	counts() (clusterIPs, nodePortsTCP int, err error)
+	close()
+}
+
+// ipsetCounter reads the ipsets (`ipset list -t`: the headers' entry
+// counts), where the iptables backend and kube-proxy's IPVS mode keep them.
+type ipsetCounter struct{}
+
+func (ipsetCounter) counts() (int, int, error) {
+	return ipsets.Entries(owned.SetClusterIP), ipsets.Entries(owned.SetNodePortTCP), nil
+}
+
+func (ipsetCounter) close() {}
+
 func newIPVSView(w *workload, nodeIP string) (kernelView, error) {
-	h, err := ipvs.New("")
+	return newIPVSViewWith(w, nodeIP, ipsetCounter{})
+}
+
+// newIPVSTableView is ipvsproxy-nftables' view: the same IPVS, the sets
+// in the table inet ipvsproxy (tableCounter).
+func newIPVSTableView(w *workload, nodeIP string) (kernelView, error) {
+	sets, err := newTableCounter()
 	if err != nil {
 		return nil, err
 	}
-	return &ipvsView{w: w, nodeIP: nodeIP, h: h}, nil
+	return newIPVSViewWith(w, nodeIP, sets)
 }
 
-// progress: every virtual server complete, and KUBE-CLUSTER-IP and
-// KUBE-NODE-PORT-TCP hold an entry per service (without them the fixed
-// iptables rules do not accept the traffic).
+func newIPVSViewWith(w *workload, nodeIP string, sets setCounter) (kernelView, error) {
+	h, err := ipvs.New("")
+	if err != nil {
+		sets.close()
+		return nil, err
+	}
+	return &ipvsView{w: w, nodeIP: nodeIP, h: h, sets: sets}, nil
+}
+
+// progress: every virtual server complete, and the two service sets hold
+// an entry per service (without them the fixed rules do not accept the
+// traffic); the sets are read only once IPVS is complete.
 func (v *ipvsView) progress() (progress, error) {
 	t, err := readIPVS()
 	if err != nil {
 		return progress{}, err
 	}
 	p := measure(t, v.w.expectedVS(v.nodeIP))
-	p.complete = p.done == p.want &&
-		ipsets.Entries("KUBE-CLUSTER-IP") >= len(v.w.svcs) && ipsets.Entries("KUBE-NODE-PORT-TCP") >= v.w.nodePorts()
+	if p.done == p.want {
+		clusterIPs, nodePorts, err := v.sets.counts()
+		if err != nil {
+			// As a failed `ipset list` counts -1: not complete yet. A dump
+			// can fail while the proxy writes the set (an interrupted
+			// dump); each new error is logged.
+			if err.Error() != v.setsErr {
+				logf("reading the service sets: %v (looking again)", err)
+			}
+			v.setsErr = err.Error()
+			return p, nil
+		}
+		v.setsErr = ""
+		p.complete = setsComplete(v.w, clusterIPs, nodePorts)
+	}
 	return p, nil
+}
+
+// setsComplete is the rule both rules backends (and kube-proxy's IPVS
+// mode) are measured by: what is counted is entries, not which ones —
+// KUBE-CLUSTER-IP (or its nft set) holds at least one per service of the
+// workload and KUBE-NODE-PORT-TCP (the TCP elements of its nft set) at
+// least one per NodePort service. default/kubernetes adds one ClusterIP
+// entry, so the count can be met one entry early: equally for both.
+func setsComplete(w *workload, clusterIPs, nodePortsTCP int) bool {
+	return clusterIPs >= len(w.svcs) && nodePortsTCP >= w.nodePorts()
 }
 
 func (v *ipvsView) service(s *benchSvc) *ipvs.Service {
@@ -187,4 +251,4 @@ func (v *ipvsView) withdrawn(s *benchSvc) (bool, error) {
 	return !v.h.IsServicePresent(v.service(s)), nil
 }
 
-func (v *ipvsView) close() { v.h.Close() }
+func (v *ipvsView) close() { v.h.Close(); v.sets.close() }

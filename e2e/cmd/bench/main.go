@@ -1,11 +1,13 @@
 //go:build e2e
 
-// Command bench is the kernel benchmark of ipvsproxy against kube-proxy's
-// IPVS and nftables modes. It runs inside the user-mode-Linux sandbox, after
+// Command bench is the kernel benchmark of ipvsproxy (with either rules
+// backend: iptables, nftables) against kube-proxy's IPVS and nftables
+// modes. It runs inside the user-mode-Linux sandbox, after
 // e2e/guest/cluster.sh has started etcd and kube-apiserver (e2e/bench.sh
 // does all of it):
 //
-//	bench --n "1000 5000" --ipvsproxy bin/ipvsproxy --kube-proxy PATH --kube-proxy-modes "ipvs nftables"
+//	bench --n "1000 5000" --ipvsproxy bin/ipvsproxy --ipvsproxy-backends "iptables nftables" \
+//		--kube-proxy PATH --kube-proxy-modes "ipvs nftables"
 //
 // For each N (ascending; the cluster grows between sizes) it creates the
 // Services and EndpointSlices through the API server with parallel
@@ -34,49 +36,57 @@ import (
 )
 
 type config struct {
-	sizes          []int
-	changes        int
-	lifecycles     int
-	workers        int
-	ipvsproxy      string
-	kubeProxy      string
-	kubeProxyModes []string
-	kubeconfig     string
-	node, nodeIP   string
-	results        string
-	seed           uint64
-	gap            time.Duration
-	interval       time.Duration
-	programTimeout time.Duration
-	changeTimeout  time.Duration
+	sizes             []int
+	changes           int
+	lifecycles        int
+	workers           int
+	ipvsproxy         string
+	ipvsproxyBackends []string
+	kubeProxy         string
+	kubeProxyModes    []string
+	kubeconfig        string
+	node, nodeIP      string
+	results           string
+	seed              uint64
+	gap               time.Duration
+	interval          time.Duration
+	programTimeout    time.Duration
+	changeTimeout     time.Duration
 }
 
-func parseFlags() (*config, error) {
+func parseFlags(args []string) (*config, error) {
 	c := &config{}
+	// Exits on a bad flag, as the global flag set did (the tests pass good ones).
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	var sizes string
-	flag.StringVar(&sizes, "n", "1000", "service counts to measure, ascending, space or comma separated")
-	flag.IntVar(&c.changes, "changes", 100, "single-endpoint changes per proxy and size")
-	flag.IntVar(&c.workers, "workers", 16, "parallel API clients creating the services")
-	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "", "ipvsproxy binary (empty: skip)")
-	flag.StringVar(&c.kubeProxy, "kube-proxy", "", "kube-proxy binary (empty: skip)")
+	fs.StringVar(&sizes, "n", "1000", "service counts to measure, ascending, space or comma separated")
+	fs.IntVar(&c.changes, "changes", 100, "single-endpoint changes per proxy and size")
+	fs.IntVar(&c.workers, "workers", 16, "parallel API clients creating the services")
+	fs.StringVar(&c.ipvsproxy, "ipvsproxy", "", "ipvsproxy binary (empty: skip)")
+	var backends string
+	fs.StringVar(&backends, "ipvsproxy-backends", "iptables", "ipvsproxy's --rules-backend values to measure, in order: iptables (ipvsproxy), nftables (ipvsproxy-nftables) (space or comma separated)")
+	fs.StringVar(&c.kubeProxy, "kube-proxy", "", "kube-proxy binary (empty: skip)")
 	var modes string
-	flag.StringVar(&modes, "kube-proxy-modes", "ipvs", "kube-proxy's modes to measure, in order: ipvs, nftables (space or comma separated)")
-	flag.IntVar(&c.lifecycles, "service-changes", 5, "services added and then deleted, one at a time, per proxy and size")
-	flag.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("E2E_KUBECONFIG"), "kubeconfig of the sandbox API server")
-	flag.StringVar(&c.node, "node", os.Getenv("E2E_NODE"), "the sandbox Node's name")
-	flag.StringVar(&c.nodeIP, "node-ip", "10.10.0.1", "the sandbox Node's address (NodePort virtual servers)")
-	flag.StringVar(&c.results, "results", os.Getenv("E2E_RESULTS"), "folder for logs and results")
-	flag.Uint64Var(&c.seed, "seed", 7, "seed of the sequence of changed services (the same for both proxies)")
-	flag.DurationVar(&c.interval, "interval", 500*time.Millisecond, "write a change every interval, seen or not (open loop); 0: serial, each after the previous one showed")
-	flag.DurationVar(&c.gap, "gap", 200*time.Millisecond, "with --interval 0, pause between a change showing and the next write")
-	flag.DurationVar(&c.programTimeout, "program-timeout", 30*time.Minute, "give up waiting for the initial programming after this long")
-	flag.DurationVar(&c.changeTimeout, "change-timeout", 5*time.Minute, "give up waiting for one change after this long")
-	flag.Parse()
-	for _, m := range strings.FieldsFunc(modes, func(r rune) bool { return r == ' ' || r == ',' }) {
-		if m != "ipvs" && m != "nftables" {
-			return nil, fmt.Errorf("--kube-proxy-modes: %q is not ipvs or nftables", m)
-		}
-		c.kubeProxyModes = append(c.kubeProxyModes, m)
+	fs.StringVar(&modes, "kube-proxy-modes", "ipvs", "kube-proxy's modes to measure, in order: ipvs (kube-proxy), nftables (kube-proxy-nftables) (space or comma separated)")
+	fs.IntVar(&c.lifecycles, "service-changes", 5, "services added and then deleted, one at a time, per proxy and size")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("E2E_KUBECONFIG"), "kubeconfig of the sandbox API server")
+	fs.StringVar(&c.node, "node", os.Getenv("E2E_NODE"), "the sandbox Node's name")
+	fs.StringVar(&c.nodeIP, "node-ip", "10.10.0.1", "the sandbox Node's address (NodePort virtual servers)")
+	fs.StringVar(&c.results, "results", os.Getenv("E2E_RESULTS"), "folder for logs and results")
+	fs.Uint64Var(&c.seed, "seed", 7, "seed of the sequence of changed services (the same for both proxies)")
+	fs.DurationVar(&c.interval, "interval", 500*time.Millisecond, "write a change every interval, seen or not (open loop); 0: serial, each after the previous one showed")
+	fs.DurationVar(&c.gap, "gap", 200*time.Millisecond, "with --interval 0, pause between a change showing and the next write")
+	fs.DurationVar(&c.programTimeout, "program-timeout", 30*time.Minute, "give up waiting for the initial programming after this long")
+	fs.DurationVar(&c.changeTimeout, "change-timeout", 5*time.Minute, "give up waiting for one change after this long")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.ipvsproxyBackends, err = parseModes("ipvsproxy-backends", backends, ipvsproxyVariants); err != nil {
+		return nil, err
+	}
+	if c.kubeProxyModes, err = parseModes("kube-proxy-modes", modes, kubeProxyVariants); err != nil {
+		return nil, err
 	}
 	for _, f := range strings.FieldsFunc(sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
@@ -95,7 +105,7 @@ func parseFlags() (*config, error) {
 }
 
 func main() {
-	c, err := parseFlags()
+	c, err := parseFlags(os.Args[1:])
 	if err == nil {
 		err = run(context.Background(), c)
 	}
@@ -143,7 +153,7 @@ func run(ctx context.Context, c *config) error {
 		return err
 	}
 	w := &workload{cs: cs}
-	all := specs(c.ipvsproxy, c.kubeProxy, c.kubeProxyModes, c.kubeconfig, c.node)
+	all := specs(c)
 	if len(all) == 0 {
 		return fmt.Errorf("no proxy to measure (--ipvsproxy, --kube-proxy)")
 	}

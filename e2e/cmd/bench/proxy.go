@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/ipvsproxy/ipvsproxy/e2e/internal/ipsets"
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/scrape"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
+	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
 // proxySpec is one proxy under test: how to start it and how to clean the
@@ -25,10 +29,52 @@ type proxySpec struct {
 
 // Names of the proxies under test, as BENCH_PROXIES and the table spell them.
 const (
-	nameIPVSProxy    = "ipvsproxy"
+	nameIPVSProxy    = "ipvsproxy"           // --rules-backend=iptables (ipsets and iptables rules)
+	nameIPVSProxyNFT = "ipvsproxy-nftables"  // --rules-backend=nftables (the table inet ipvsproxy)
 	nameKubeProxy    = "kube-proxy"          // --proxy-mode=ipvs
 	nameKubeProxyNFT = "kube-proxy-nftables" // --proxy-mode=nftables
 )
+
+// variant is one way of running a proxy binary: the value of the
+// binary's mode flag (ipvsproxy's --rules-backend, kube-proxy's
+// --proxy-mode) and the name the proxy gets in the results.
+type variant struct{ mode, name string }
+
+var (
+	// ipvsproxyVariants are --ipvsproxy-backends' values.
+	ipvsproxyVariants = []variant{{"iptables", nameIPVSProxy}, {"nftables", nameIPVSProxyNFT}}
+	// kubeProxyVariants are --kube-proxy-modes' values.
+	kubeProxyVariants = []variant{{"ipvs", nameKubeProxy}, {"nftables", nameKubeProxyNFT}}
+)
+
+// parseModes reads a mode list flag (space or comma separated, in the
+// order to run them) against the binary's variants.
+func parseModes(flagName, list string, variants []variant) ([]string, error) {
+	var out []string
+	for _, m := range strings.FieldsFunc(list, func(r rune) bool { return r == ' ' || r == ',' }) {
+		if _, ok := variantOf(variants, m); !ok {
+			var known []string
+			for _, v := range variants {
+				known = append(known, v.mode)
+			}
+			return nil, fmt.Errorf("--%s: %q is not one of %s", flagName, m, strings.Join(known, ", "))
+		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("--%s: %q twice", flagName, m)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func variantOf(variants []variant, mode string) (variant, bool) {
+	for _, v := range variants {
+		if v.mode == mode {
+			return v, true
+		}
+	}
+	return variant{}, false
+}
 
 // specs builds the proxies' command lines with the same settings where
 // they share a meaning: the node, the pod CIDR, NodePorts only on the
@@ -36,37 +82,54 @@ const (
 // health and metrics on loopback, pprof on (heap profiles are kept).
 // Sync periods are each proxy's defaults
 // (all 30 s; the minimum is 1 s for kube-proxy, 0 for ipvsproxy).
-// kubeProxyModes says which of kube-proxy's modes to run (ipvs, nftables).
-func specs(ipvsproxy, kubeProxy string, kubeProxyModes []string, kubeconfig, node string) []proxySpec {
-	common := append(scrape.ProxyArgs(kubeconfig, node, "10.128.0.0/12"), "--profiling")
+// c.ipvsproxyBackends and c.kubeProxyModes say which of each binary's
+// variants to run, in that order: ipvsproxy's first (the tables' ratios
+// are against the first proxy).
+func specs(c *config) []proxySpec {
+	common := append(scrape.ProxyArgs(c.kubeconfig, c.node, "10.128.0.0/12"), "--profiling")
 	// ipvsproxy uses the iptables backend under test (uml-run's
 	// E2E_IPTABLES), which the guest's plain `iptables` also is, so
-	// kube-proxy's IPVS mode detects the same one.
+	// kube-proxy's IPVS mode detects the same one. With the nftables
+	// rules backend ipvsproxy still reads it: it removes the iptables
+	// backend's chains (cleanup, and after its first pass).
 	backend := os.Getenv("E2E_IPTABLES")
 	if backend == "" {
 		backend = "legacy"
 	}
 	var out []proxySpec
-	if ipvsproxy != "" {
-		out = append(out, proxySpec{
-			name: nameIPVSProxy, path: ipvsproxy,
-			args:    append([]string{"--iptables-backend", backend}, common...),
-			cleanup: []string{"cleanup", "--iptables-backend", backend},
-			view:    newIPVSView,
-		})
-	}
-	for _, mode := range kubeProxyModes {
-		if kubeProxy == "" {
+	for _, mode := range c.ipvsproxyBackends {
+		if c.ipvsproxy == "" {
 			break
 		}
+		v, _ := variantOf(ipvsproxyVariants, mode)
+		flags := []string{"--iptables-backend", backend, "--rules-backend", mode}
 		spec := proxySpec{
-			name: nameKubeProxy, path: kubeProxy, view: newIPVSView,
+			name: v.name, path: c.ipvsproxy,
+			args: append(slices.Clone(flags), common...),
+			// `ipvsproxy cleanup` removes both backends' objects (the
+			// table, the iptables chains, the ipsets) whichever it is
+			// told the proxy runs with; that only decides where it reads
+			// ownership from.
+			cleanup: append([]string{"cleanup"}, flags...),
+			view:    newIPVSView,
+		}
+		if mode == "nftables" {
+			spec.view = newIPVSTableView
+		}
+		out = append(out, spec)
+	}
+	for _, mode := range c.kubeProxyModes {
+		if c.kubeProxy == "" {
+			break
+		}
+		v, _ := variantOf(kubeProxyVariants, mode)
+		spec := proxySpec{
+			name: v.name, path: c.kubeProxy, view: newIPVSView,
 			args: append([]string{"--proxy-mode=" + mode}, common...),
 			// kube-proxy's --cleanup removes what every mode made.
 			cleanup: []string{"--cleanup", "--proxy-mode=" + mode},
 		}
 		if mode == "nftables" {
-			spec.name = nameKubeProxyNFT
 			spec.view = func(w *workload, _ string) (kernelView, error) { return newNFTView(w) }
 		}
 		out = append(out, spec)
@@ -75,8 +138,13 @@ func specs(ipvsproxy, kubeProxy string, kubeProxyModes []string, kubeconfig, nod
 }
 
 // cleanNode removes what any proxy made, then flushes IPVS (this runs
-// only inside the sandbox), and checks that no virtual server and no
-// kube-proxy nftables table is left.
+// only inside the sandbox), and checks that nothing a proxy made is left
+// that the next one would find: no virtual server, no kube-proxy
+// nftables table, no table inet ipvsproxy (ipvsproxy's nftables
+// backend) and none of the ipsets (ipvsproxy's iptables backend and
+// kube-proxy's IPVS mode share their names). So ipvsproxy-nftables after
+// ipvsproxy, or the reverse, starts without the other backend's sets,
+// which it would otherwise remove during its measured first pass.
 func cleanNode(all []proxySpec, logf func(string, ...any)) error {
 	for _, p := range all {
 		out, err := exec.Command(p.path, p.cleanup...).CombinedOutput()
@@ -101,7 +169,30 @@ func cleanNode(all []proxySpec, logf func(string, ...any)) error {
 	if _, err := nft.ListTableOfFamily(nftTable, nftables.TableFamilyIPv4); !absent(err) {
 		return fmt.Errorf("table ip %s left after cleanup (%v)", nftTable, err)
 	}
+	// A kernel without inet nf_tables (6.1) lists no inet table.
+	if present, err := hasTable(nft, ipvsproxyTable()); err != nil || present {
+		return fmt.Errorf("table inet %s left after cleanup (%v)", nftrules.TableName, err)
+	}
+	if left := leftIPSets(); len(left) > 0 {
+		return fmt.Errorf("ipsets left after cleanup: %s", strings.Join(left, " "))
+	}
 	return nil
+}
+
+// leftIPSets lists the owned ipsets (both families) that exist; none
+// when ipset cannot list (then there are none to find either).
+func leftIPSets() []string {
+	_, sets, err := ipsets.List()
+	if err != nil {
+		return nil
+	}
+	var left []string
+	for _, name := range owned.SetNames(true, true) {
+		if ipsets.Find(sets, name) >= 0 {
+			left = append(left, name)
+		}
+	}
+	return left
 }
 
 func lastLines(s string, n int) string {

@@ -73,9 +73,28 @@ func fmtNum(v float64) string {
 	}
 }
 
-// renderTable is the Markdown table of one size: a column per proxy and,
-// for each proxy after the first, the ratio proxy ÷ first (kube-proxy ÷
-// ipvsproxy: how many times more time, CPU or memory kube-proxy takes).
+// ratioPairs lists the table's ratio columns as (proxy, baseline)
+// indexes into res: each proxy after the first ÷ the first (how many
+// times more time, CPU or memory it takes than ipvsproxy with the
+// iptables backend, in the default order), then, when both ran and
+// ipvsproxy-nftables is not the first, kube-proxy-nftables ÷
+// ipvsproxy-nftables: the two proxies whose rules are nftables.
+func ratioPairs(res []*result) [][2]int {
+	var out [][2]int
+	for i := 1; i < len(res); i++ {
+		out = append(out, [2]int{i, 0})
+	}
+	idx := func(name string) int {
+		return slices.IndexFunc(res, func(r *result) bool { return r.Proxy == name })
+	}
+	if k, i := idx(nameKubeProxyNFT), idx(nameIPVSProxyNFT); k >= 0 && i > 0 {
+		out = append(out, [2]int{k, i})
+	}
+	return out
+}
+
+// renderTable is the Markdown table of one size: a column per proxy and
+// a ratio column per ratioPairs pair.
 // CPU and RSS of the whole run cover the endpoint changes and the
 // service adds and deletes, not the restart.
 func renderTable(n int, w *workload, rate float64, workers int, res []*result) string {
@@ -86,21 +105,22 @@ func renderTable(n int, w *workload, rate float64, workers int, res []*result) s
 	}
 	fmt.Fprintf(&b, "N = %d services (%d NodePort), 10 endpoints each: %d frontends, %d backends; "+
 		"created at %.1f services/s (%d clients)\n\n", n, w.nodePorts(), vs, reals, rate, workers)
+	pairs := ratioPairs(res)
 	b.WriteString("| measure |")
 	for _, r := range res {
 		fmt.Fprintf(&b, " %s |", r.Proxy)
 	}
-	for _, r := range res[min(1, len(res)):] {
-		fmt.Fprintf(&b, " %s ÷ %s |", r.Proxy, res[0].Proxy)
+	for _, p := range pairs {
+		fmt.Fprintf(&b, " %s ÷ %s |", res[p[0]].Proxy, res[p[1]].Proxy)
 	}
-	b.WriteString("\n|---|" + strings.Repeat("---:|", 2*len(res)-1) + "\n")
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(res)+len(pairs)) + "\n")
 	for _, row := range rows {
 		fmt.Fprintf(&b, "| %s (%s) |", row.label, row.unit)
 		for _, r := range res {
 			fmt.Fprintf(&b, " %s |", fmtNum(row.value(r)))
 		}
-		for _, r := range res[min(1, len(res)):] {
-			fmt.Fprintf(&b, " %s× |", fmtNum(row.value(r)/row.value(res[0])))
+		for _, p := range pairs {
+			fmt.Fprintf(&b, " %s× |", fmtNum(row.value(res[p[0]])/row.value(res[p[1]])))
 		}
 		b.WriteString("\n")
 	}
@@ -108,7 +128,7 @@ func renderTable(n int, w *workload, rate float64, workers int, res []*result) s
 	for _, r := range res {
 		fmt.Fprintf(&b, " %d / %d |", len(r.Latencies), r.Failures)
 	}
-	b.WriteString(strings.Repeat(" |", len(res)-1) + "\n")
+	b.WriteString(strings.Repeat(" |", len(pairs)) + "\n")
 	for _, r := range res {
 		if r.err != "" {
 			fmt.Fprintf(&b, "\n%s: %s\n", r.Proxy, r.err)
