@@ -6,6 +6,8 @@
 #                and real traffic
 #   make image   the release image (linux/amd64 + linux/arm64) as an OCI
 #                layout in bin/image, without a container engine
+#                (IMAGE_VARIANT=nftables: the image for --rules-backend=nftables,
+#                without iptables and ipset, in bin/image-nftables)
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
@@ -28,7 +30,7 @@ LDFLAGS := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X $(
 # Packages with tests that need a real kernel (build tag "sandbox").
 SANDBOX_PKGS = $(shell grep -l '^//go:build sandbox' --include='*_test.go' -r . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build unit lint sandbox-test e2e test demo bench bench-engine bench-kernel bench-100k clean image image-tar image-lock image-test
+.PHONY: all build unit lint sandbox-test e2e test demo bench bench-engine bench-kernel bench-100k clean image image-binaries image-tar image-lock image-test image-test-one
 
 all: build
 
@@ -44,38 +46,58 @@ build:
 # same commit gives the same digest. Push: see README (crane/skopeo).
 IMAGE ?= $(shell sed -n 's/^ *image: *//p' deploy/daemonset.yaml | head -n1)
 IMAGE_ARCHES ?= amd64 arm64
+# The variant (deploy/image/variant.go): default, or nftables, the image
+# for --rules-backend=nftables (no iptables, ipset, ipvsadm, conntrack),
+# tagged <tag>-nftables and written to bin/image-nftables.
+IMAGE_VARIANT ?= default
+IMAGE_VARIANTS := default nftables
+image_suffix = $(if $(filter default,$(1)),,-$(1))
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 IMAGEBUILD = cd deploy/image && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run .
-image:
+# $(call imagebuild,VARIANT,OUT): one variant's layout at OUT.
+imagebuild = $(IMAGEBUILD) build --variant $(1) --out $(2) --ref '$(IMAGE)$(call image_suffix,$(1))' \
+	  --version '$(VERSION)' --revision '$(COMMIT)' \
+	  $(foreach a,$(IMAGE_ARCHES),--binary $(a)=$(BIN)/image-build/ipvsproxy-linux-$(a))
+image-binaries:
 	@mkdir -p $(BIN)/image-build
 	@# -s -w and -trimpath as deploy/Dockerfile builds it.
 	@set -e; for a in $(IMAGE_ARCHES); do \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
 	    -o $(BIN)/image-build/ipvsproxy-linux-$$a ./cmd/ipvsproxy; \
 	done
-	$(IMAGEBUILD) build --out $(BIN)/image --ref '$(IMAGE)' --version '$(VERSION)' --revision '$(COMMIT)' \
-	  $(foreach a,$(IMAGE_ARCHES),--binary $(a)=$(BIN)/image-build/ipvsproxy-linux-$(a))
+image: image-binaries
+	$(call imagebuild,$(IMAGE_VARIANT),$(BIN)/image$(call image_suffix,$(IMAGE_VARIANT)))
 
 # The layout as one tarball, for `docker load` (Docker 25+) or `ctr
 # import`; reproducible like the layout.
 image-tar: image
-	tar -C $(BIN)/image --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner --mode='u=rwX,go=rX' \
-	  -cf $(BIN)/ipvsproxy-image.tar .
-	@echo $(BIN)/ipvsproxy-image.tar
+	tar -C $(BIN)/image$(call image_suffix,$(IMAGE_VARIANT)) --sort=name --mtime=@$(SOURCE_DATE_EPOCH) \
+	  --owner=0 --group=0 --numeric-owner --mode='u=rwX,go=rX' \
+	  -cf $(BIN)/ipvsproxy-image$(call image_suffix,$(IMAGE_VARIANT)).tar .
+	@echo $(BIN)/ipvsproxy-image$(call image_suffix,$(IMAGE_VARIANT)).tar
 
-# The image, checked (root: chroot): built a second time from the same
-# inputs it must be identical; then deploy/image's image test unpacks
-# it, checks every ELF file's libraries (both architectures) and runs
-# ipvsproxy, iptables (wrapper, legacy, nft), ipset, ip, ipvsadm,
-# conntrack and modprobe inside the amd64 one.
-image-test: image
-	$(IMAGEBUILD) build --out $(BIN)/image-again --ref '$(IMAGE)' --version '$(VERSION)' --revision '$(COMMIT)' \
-	  $(foreach a,$(IMAGE_ARCHES),--binary $(a)=$(BIN)/image-build/ipvsproxy-linux-$(a)) >/dev/null
-	@cmp -s $(BIN)/image/index.json $(BIN)/image-again/index.json || \
+# Both images, checked (root: chroot): each built twice from the same
+# inputs must be identical; then deploy/image's image test unpacks it,
+# checks every ELF file's libraries (both architectures) and runs, in
+# the amd64 one, ipvsproxy, iptables (wrapper, legacy, nft), ipset, ip,
+# ipvsadm, conntrack and modprobe (default), or ipvsproxy and modprobe,
+# and finds none of the others (nftables).
+image-test: image-binaries
+	@set -e; for v in $(IMAGE_VARIANTS); do \
+	  case $$v in default) out=$(BIN)/image;; *) out=$(BIN)/image-$$v;; esac; \
+	  echo "== image-test: $$v"; \
+	  $(MAKE) --no-print-directory image-test-one IMAGE_VARIANT=$$v IMAGE_OUT=$$out; \
+	done
+
+image-test-one:
+	$(call imagebuild,$(IMAGE_VARIANT),$(IMAGE_OUT))
+	$(call imagebuild,$(IMAGE_VARIANT),$(BIN)/image-again) >/dev/null
+	@cmp -s $(IMAGE_OUT)/index.json $(BIN)/image-again/index.json || \
 	  { echo "image-test: a second build from the same inputs gave a different image:"; \
-	    cat $(BIN)/image/index.json $(BIN)/image-again/index.json; exit 1; }
+	    cat $(IMAGE_OUT)/index.json $(BIN)/image-again/index.json; exit 1; }
 	@rm -rf $(BIN)/image-again
-	cd deploy/image && IPVSPROXY_IMAGE=$(BIN)/image IPVSPROXY_VERSION='$(VERSION)' $(GO) test -tags image -count=1 -v -run 'Image|Binary|Commands|Missing|DaemonSet' .
+	cd deploy/image && IPVSPROXY_IMAGE=$(IMAGE_OUT) IPVSPROXY_IMAGE_VARIANT=$(IMAGE_VARIANT) IPVSPROXY_VERSION='$(VERSION)' \
+	  $(GO) test -tags image -count=1 -v -run 'Image|Binary|Commands|Missing|DaemonSet|Absent' .
 
 # Re-resolve the image's Debian packages (newest bookworm, -updates and
 # -security versions, signatures checked with gpgv) from the mirror apt

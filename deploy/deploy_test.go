@@ -461,3 +461,81 @@ func TestStartupTaintComponent(t *testing.T) {
 		}
 	}
 }
+
+// TestNFTablesComponent renders the base with deploy/nftables with the
+// real kustomize: both containers run the -nftables image with
+// --rules-backend=nftables (an argument the binary accepts and validates),
+// and nothing mounts the xtables lock any more; nothing else changes.
+func TestNFTablesComponent(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl not on PATH: it renders the kustomization (the machine image ships it; apt package kubectl)")
+	}
+	here, _ := os.Getwd()
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "nftables") + "]\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", overlay).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize with the nftables component: %v\n%s", err, out)
+	}
+	docs, err := SplitDocs("kustomize output", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	base := dsOf(t)
+	found := false
+	for _, d := range docs {
+		obj, _, err := dec.Decode(d.YAML, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := obj.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		found = true
+		spec := o.Spec.Template.Spec
+		for i, c := range append(spec.InitContainers, spec.Containers...) {
+			var b corev1.Container
+			if i == 0 {
+				b = base.Spec.Template.Spec.InitContainers[0]
+			} else {
+				b = base.Spec.Template.Spec.Containers[i-1]
+			}
+			if c.Image != b.Image+"-nftables" {
+				t.Errorf("%s: image %q, want %q", c.Name, c.Image, b.Image+"-nftables")
+			}
+			opts, fs := app.NewOptions(), pflag.NewFlagSet("ipvsproxy", pflag.ContinueOnError)
+			opts.AddFlags(fs)
+			if err := fs.Parse(c.Args); err != nil || opts.RulesBackend != app.RulesBackendNFTables {
+				t.Errorf("%s: args %q: --rules-backend %q (%v)", c.Name, c.Args, opts.RulesBackend, err)
+			}
+			if err := opts.Validate(); err != nil {
+				t.Errorf("%s: args %q: %v", c.Name, c.Args, err)
+			}
+			for _, m := range c.VolumeMounts {
+				if m.Name == "xtables-lock" {
+					t.Errorf("%s still mounts the xtables lock", c.Name)
+				}
+			}
+		}
+		var names []string
+		for _, v := range spec.Volumes {
+			names = append(names, v.Name)
+		}
+		if want := "config lib-modules"; strings.Join(names, " ") != want {
+			t.Errorf("volumes %q, want %q", names, want)
+		}
+	}
+	if !found {
+		t.Error("no DaemonSet rendered")
+	}
+}

@@ -43,6 +43,9 @@ func ParseBackend(s string) (Backend, error) {
 // start-up error naming --iptables-backend. It writes; the read-only
 // commands (diff, status, cleanup) use DetectBackend.
 func ResolveBackend(requested Backend) (Backend, string, error) {
+	if !HaveTools() {
+		return "", "", ErrNoTools
+	}
 	return resolveBackend(execRun, requested)
 }
 
@@ -93,6 +96,9 @@ var kubeletHints = []string{":KUBE-IPTABLES-HINT ", ":KUBE-KUBELET-CANARY "}
 // hint chains wins (nft checked first); otherwise the one showing more
 // rules; on a tie nft, unless its tools do not work.
 func DetectBackend() (Backend, error) {
+	if !HaveTools() {
+		return "", ErrNoTools
+	}
 	return detectBackend(execRun)
 }
 

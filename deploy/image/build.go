@@ -79,32 +79,44 @@ func (d *downloader) unpacked(p Pin) (*Deb, error) {
 	return deb, nil
 }
 
-// build assembles the index: one image per architecture that has a
-// binary, each from that architecture's pins.
-func build(pins []Pin, binaries map[string]string, common AppFiles, dl *downloader, m Meta) (v1.ImageIndex, error) {
+// build assembles the variant's index: one image per architecture that
+// has a binary, each from the pins of that architecture the variant
+// selects.
+func build(pins []Pin, binaries map[string]string, common AppFiles, dl *downloader, m Meta, v Variant) (v1.ImageIndex, error) {
 	arches := sortedKeys(binaries)
 	if len(arches) == 0 {
 		return nil, fmt.Errorf("no --binary given")
 	}
 	var imgs []v1.Image
 	for _, arch := range arches {
-		debs := map[string]*Deb{}
-		for _, p := range pins {
-			if p.Arch != arch {
-				continue
+		selected, err := selectPins(pins, arch, v, func(p Pin) (Paragraph, error) {
+			d, err := dl.unpacked(p)
+			if err != nil {
+				return nil, err
 			}
+			return d.Control, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		roots := Roots
+		if v.Roots != nil {
+			roots = v.Roots
+		}
+		debs := map[string]*Deb{}
+		for _, p := range selected {
 			d, err := dl.unpacked(p)
 			if err != nil {
 				return nil, err
 			}
 			debs[p.Name] = d
 		}
-		for _, r := range Roots {
+		for _, r := range roots {
 			if debs[r] == nil {
 				return nil, fmt.Errorf("the lock has no %s for %s: run `make image-lock`", r, arch)
 			}
 		}
-		base, err := baseTree(debs)
+		base, err := baseTree(debs, v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", arch, err)
 		}
@@ -112,7 +124,7 @@ func build(pins []Pin, binaries map[string]string, common AppFiles, dl *download
 		if app.Binary, err = os.ReadFile(binaries[arch]); err != nil {
 			return nil, err
 		}
-		tree, err := appTree(app)
+		tree, err := appTree(app, v)
 		if err != nil {
 			return nil, err
 		}

@@ -207,7 +207,7 @@ func buildDigest(t *testing.T, pins []Pin, cache, binary string, m Meta) string 
 	dl := &downloader{cache: cache, get: func(url string) ([]byte, error) {
 		return nil, fmt.Errorf("no network in this test: %s", url)
 	}}
-	idx, err := build(pins, map[string]string{"amd64": binary}, AppFiles{NodePrep: []byte("#!/bin/sh\n"), IptablesWrapper: []byte("#!/bin/sh\n")}, dl, m)
+	idx, err := build(pins, map[string]string{"amd64": binary}, AppFiles{NodePrep: []byte("#!/bin/sh\n"), IptablesWrapper: []byte("#!/bin/sh\n")}, dl, m, Variants[0])
 	if err != nil {
 		t.Fatal(err)
 	}

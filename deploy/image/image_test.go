@@ -1,8 +1,9 @@
 //go:build image
 
 // The built image, unpacked and run: `make image-test` (part of `make
-// test`) builds bin/image and runs this with IPVSPROXY_IMAGE pointing at
-// it. It needs root (chroot, a network namespace), as the sandbox tests do.
+// test`) builds bin/image and bin/image-nftables and runs this with
+// IPVSPROXY_IMAGE pointing at each, IPVSPROXY_IMAGE_VARIANT naming it.
+// It needs root (chroot, a network namespace), as the sandbox tests do.
 package main
 
 import (
@@ -128,8 +129,26 @@ func unpack(t *testing.T, img v1.Image) string {
 	}
 }
 
+// imageVariant is the variant under test (IPVSPROXY_IMAGE_VARIANT).
+func imageVariant(t *testing.T) Variant {
+	t.Helper()
+	name := os.Getenv("IPVSPROXY_IMAGE_VARIANT")
+	if name == "" {
+		name = "default"
+	}
+	v, err := variantNamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The default image is the one deploy/daemonset.yaml runs; a variant is
+// tagged <that tag>-<variant>, which its component (deploy/<variant>)
+// sets.
 func TestImageNamesTheReferenceDeployUses(t *testing.T) {
 	ref, imgs := images(t)
+	v := imageVariant(t)
 	manifest, err := os.ReadFile("../daemonset.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +157,21 @@ func TestImageNamesTheReferenceDeployUses(t *testing.T) {
 	if len(m) == 0 {
 		t.Fatal("deploy/daemonset.yaml names no image")
 	}
+	suffix := ""
+	if v.Name != "default" {
+		suffix = "-" + v.Name
+		component, err := os.ReadFile("../" + v.Name + "/kustomization.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := regexp.MustCompile(`(?m)^\s+newTag:\s*(\S+)`).FindSubmatch(component)
+		if tag == nil || !strings.HasSuffix(ref, ":"+string(tag[1])) {
+			t.Errorf("the layout is tagged %q; deploy/%s sets the tag %q", ref, v.Name, tag)
+		}
+	}
 	for _, want := range m {
-		if string(want[1]) != ref {
-			t.Errorf("the layout is tagged %q; deploy/daemonset.yaml runs %q", ref, want[1])
+		if string(want[1])+suffix != ref {
+			t.Errorf("the layout is tagged %q; deploy/daemonset.yaml runs %q (with %q for this variant)", ref, want[1], suffix)
 		}
 	}
 	for _, p := range []string{"linux/amd64", "linux/arm64"} {
@@ -294,11 +325,14 @@ func TestCommandsRunInTheImage(t *testing.T) {
 	_, imgs := images(t)
 	root := unpack(t, imgs["linux/amd64"])
 	version := os.Getenv("IPVSPROXY_VERSION")
-	cases := []struct {
+	type commandCase struct {
 		argv    []string
 		want    string // a regexp the output must match
 		mayFail bool   // the command needs a kernel feature a test host may lack
-	}{
+	}
+	// unwanted are regexps a command's output must not match.
+	unwanted := map[string]string{}
+	cases := []commandCase{
 		{[]string{"ipvsproxy", "version"}, `^ipvsproxy ` + regexp.QuoteMeta(version) + ` \(commit [0-9a-f]+, built `, false},
 		{[]string{"iptables", "--version"}, `^iptables v1\.8\.\d+ \(nf_tables\)$`, false}, // the wrapper: an empty node is nft
 		{[]string{"iptables-legacy", "--version"}, `^iptables v1\.8\.\d+ \(legacy\)$`, false},
@@ -313,6 +347,19 @@ func TestCommandsRunInTheImage(t *testing.T) {
 		{[]string{"conntrack", "--version"}, `^conntrack v1\.`, false},
 		{[]string{"modprobe", "--version"}, `^kmod version \d+`, false},
 	}
+	if !imageVariant(t).IPTables {
+		cases = []commandCase{
+			{[]string{"ipvsproxy", "version"}, `^ipvsproxy ` + regexp.QuoteMeta(version) + ` \(commit [0-9a-f]+, built `, false},
+			{[]string{"modprobe", "--version"}, `^kmod version \d+`, false},
+			// A subcommand that needs iptables says so in one line
+			// (doctor's iptables check fails; the others run).
+			{[]string{"ipvsproxy", "doctor"}, `(?m)^fail +iptables backend +iptables: no iptables tools here .*--rules-backend=nftables`, true},
+			// With the nftables backend it asks for nothing of them.
+			{[]string{"ipvsproxy", "doctor", "--rules-backend=nftables"}, `(?m)^\w+ +nftables `, true},
+		}
+		unwanted["ipvsproxy doctor"] = `panic|goroutine`
+		unwanted["ipvsproxy doctor --rules-backend=nftables"] = `iptables|panic|goroutine`
+	}
 	for _, c := range cases {
 		out, err := run(root, c.argv...)
 		if err != nil && !(c.mayFail && regexp.MustCompile(c.want).MatchString(out)) {
@@ -321,6 +368,9 @@ func TestCommandsRunInTheImage(t *testing.T) {
 		}
 		if !regexp.MustCompile(c.want).MatchString(out) {
 			t.Errorf("%s printed %q, want /%s/", strings.Join(c.argv, " "), out, c.want)
+		}
+		if u := unwanted[strings.Join(c.argv, " ")]; u != "" && regexp.MustCompile(u).MatchString(out) {
+			t.Errorf("%s printed %q, which matches /%s/", strings.Join(c.argv, " "), out, u)
 		}
 	}
 	if version == "" {
@@ -333,9 +383,13 @@ func TestCommandsRunInTheImage(t *testing.T) {
 func TestAMissingLibraryIsCaught(t *testing.T) {
 	_, imgs := images(t)
 	root := unpack(t, imgs["linux/amd64"])
-	libs, _ := filepath.Glob(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libipset.so.13*"))
+	lib, argv := "libipset.so.13", []string{"ipset", "--version"}
+	if !imageVariant(t).IPTables {
+		lib, argv = "libzstd.so.1", []string{"modprobe", "--version"} // kmod links libkmod statically
+	}
+	libs, _ := filepath.Glob(filepath.Join(root, "usr/lib/x86_64-linux-gnu/"+lib+"*"))
 	if len(libs) == 0 {
-		t.Fatal("libipset.so.13 is not in the image")
+		t.Fatalf("%s is not in the image", lib)
 	}
 	for _, l := range libs {
 		os.Remove(l)
@@ -344,14 +398,14 @@ func TestAMissingLibraryIsCaught(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(problems, "\n"), "needs libipset.so.13") {
+	if !strings.Contains(strings.Join(problems, "\n"), "needs "+lib) {
 		t.Errorf("the library check did not notice: %q", problems)
 	}
 	if os.Geteuid() == 0 {
-		out, err := run(root, "ipset", "--version")
+		out, err := run(root, argv...)
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) {
-			t.Errorf("ipset without its library: err %v, output %q; want it to fail", err, out)
+			t.Errorf("%s without its library: err %v, output %q; want it to fail", argv[0], err, out)
 		}
 	}
 }
@@ -380,5 +434,67 @@ func TestDaemonSetCommandsStartInTheImage(t *testing.T) {
 		if err != nil || !strings.Contains(out, "prepare-node") {
 			t.Errorf("%s --help: %v: %s", strings.Join(argv, " "), err, out)
 		}
+	}
+}
+
+// absentTools are what the nftables image must not have: the tools the
+// iptables backend and its operators use. ipvsproxy with
+// --rules-backend=nftables runs none of them.
+var absentTools = []string{"iptables", "ip6tables", "iptables-save", "iptables-restore", "iptables-legacy",
+	"iptables-nft", "xtables-nft-multi", "xtables-legacy-multi", "iptables-wrapper", "ipset", "ipvsadm",
+	"conntrack", "nft", "ip", "tc", "arptables", "ebtables"}
+
+// TestToolsAbsentFromTheNFTablesImage walks the nftables image for any
+// of absentTools (any directory, any file type) and for their libraries,
+// and checks that ipvsproxy needs no library at all (static), so the
+// small image cannot lack one.
+func TestToolsAbsentFromTheNFTablesImage(t *testing.T) {
+	v := imageVariant(t)
+	if v.IPTables {
+		t.Skipf("the %s image has the iptables tools: TestCommandsRunInTheImage runs them", v.Name)
+	}
+	_, imgs := images(t)
+	for p, img := range imgs {
+		arch := strings.TrimPrefix(p, "linux/")
+		t.Run(arch, func(t *testing.T) {
+			root := unpack(t, img)
+			absent := map[string]bool{}
+			for _, n := range absentTools {
+				absent[n] = true
+			}
+			libRE := regexp.MustCompile(`^lib(ip4tc|ip6tc|xtables|ipset|nftnl|nftables|netfilter-conntrack|nl-3|nl-genl-3)\.so`)
+			err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(root, path)
+				if absent[d.Name()] || libRE.MatchString(d.Name()) {
+					t.Errorf("the %s image has %s", v.Name, rel)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := elf.Open(filepath.Join(root, "usr/local/bin/ipvsproxy"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			libs, _ := f.ImportedLibraries()
+			for _, prog := range f.Progs {
+				if prog.Type == elf.PT_INTERP {
+					t.Error("ipvsproxy has an ELF interpreter: it is not static")
+				}
+			}
+			if len(libs) > 0 {
+				t.Errorf("ipvsproxy needs %q: it is not static", libs)
+			}
+			for _, want := range []string{"usr/local/bin/ipvsproxy-node-prep", "usr/sbin/modprobe", "usr/bin/sh", "etc/os-release"} {
+				if _, err := os.Lstat(filepath.Join(root, want)); err != nil {
+					t.Errorf("the %s image lacks %s", v.Name, want)
+				}
+			}
+		})
 	}
 }

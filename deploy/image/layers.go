@@ -13,7 +13,7 @@ import (
 
 // baseTree assembles the Debian userspace from the locked packages, in
 // the layout the Dockerfile's debian:bookworm-slim image has for them.
-func baseTree(debs map[string]*Deb) (*Tree, error) {
+func baseTree(debs map[string]*Deb, v Variant) (*Tree, error) {
 	t := newTree()
 	names := make([]string, 0, len(debs))
 	for n := range debs {
@@ -28,8 +28,10 @@ func baseTree(debs map[string]*Deb) (*Tree, error) {
 	if err := addUsrMergeLinks(t); err != nil {
 		return nil, err
 	}
-	if err := addAlternatives(t); err != nil {
-		return nil, err
+	if v.IPTables {
+		if err := addAlternatives(t); err != nil {
+			return nil, err
+		}
 	}
 	if err := addSystemFiles(t); err != nil {
 		return nil, err
@@ -155,14 +157,17 @@ type AppFiles struct {
 
 // appTree lays out ipvsproxy as the Dockerfile does: the binary and
 // node-prep in /usr/local/bin, the iptables wrapper in /usr/local/sbin
-// under every name an operator types.
-func appTree(a AppFiles) (*Tree, error) {
+// under every name an operator types (only in a variant with iptables).
+func appTree(a AppFiles, v Variant) (*Tree, error) {
 	t := newTree()
 	if err := t.file("usr/local/bin/ipvsproxy", 0o755, a.Binary); err != nil {
 		return nil, err
 	}
 	if err := t.file("usr/local/bin/ipvsproxy-node-prep", 0o755, a.NodePrep); err != nil {
 		return nil, err
+	}
+	if !v.IPTables {
+		return t, nil
 	}
 	if err := t.file("usr/local/sbin/iptables-wrapper", 0o755, a.IptablesWrapper); err != nil {
 		return nil, err

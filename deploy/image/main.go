@@ -10,7 +10,10 @@
 //	                  and arm64, and write packages.lock (versions, sha256)
 //	imagebuild build  download the locked .debs (cached), unpack them into
 //	                  a rootfs per architecture, add ipvsproxy, and write
-//	                  an OCI image layout; prints the index digest
+//	                  an OCI image layout; prints the index digest.
+//	                  --variant nftables: the image for
+//	                  --rules-backend=nftables, a subset of the same lock
+//	                  (see Variants)
 package main
 
 import (
@@ -121,6 +124,7 @@ func runBuild(args []string) error {
 	revision := fs.String("revision", "unknown", "git commit, for the labels")
 	nodePrep := fs.String("node-prep", "../node-prep.sh", "deploy/node-prep.sh")
 	wrapper := fs.String("iptables-wrapper", "../iptables-wrapper.sh", "deploy/iptables-wrapper.sh")
+	variant := fs.String("variant", "default", "image variant: default, or nftables (no iptables, ipset, ipvsadm, conntrack)")
 	binaries := binaryFlags{}
 	fs.Var(binaries, "binary", "ARCH=PATH of the static ipvsproxy binary; once per architecture")
 	if err := fs.Parse(args); err != nil {
@@ -128,6 +132,10 @@ func runBuild(args []string) error {
 	}
 	if *out == "" || *ref == "" {
 		return fmt.Errorf("build needs --out and --ref")
+	}
+	v, err := variantNamed(*variant)
+	if err != nil {
+		return err
 	}
 	epoch, err := sourceDateEpoch()
 	if err != nil {
@@ -150,8 +158,8 @@ func runBuild(args []string) error {
 		return err
 	}
 	dl := &downloader{cache: *cache, sourceFiles: sourceFiles(*sources), get: httpGet}
-	m := Meta{Ref: *ref, Version: *version, Revision: *revision, Epoch: epoch}
-	idx, err := build(pins, binaries, common, dl, m)
+	m := Meta{Ref: *ref, Version: *version, Revision: *revision, Epoch: epoch, Description: v.Description, IPTables: v.IPTables}
+	idx, err := build(pins, binaries, common, dl, m, v)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,11 @@ type Meta struct {
 	Version  string
 	Revision string
 	Epoch    time.Time // SOURCE_DATE_EPOCH: every timestamp in the image
+	// Description is the variant's, if it has one (the default image has
+	// none).
+	Description string
+	// IPTables: the app layer holds the iptables wrapper.
+	IPTables bool
 }
 
 // Env is the Debian image's PATH; /usr/local/sbin first, so the wrapper
@@ -60,7 +65,7 @@ func archImage(arch string, base, app *Tree, m Meta) (v1.Image, error) {
 		comment string
 	}{
 		{base, "Debian bookworm userspace: deploy/image/packages.lock"},
-		{app, "ipvsproxy " + m.Version + ", node-prep, iptables-wrapper"},
+		{app, appComment(m)},
 	} {
 		data, err := l.tree.tar(m.Epoch)
 		if err != nil {
@@ -91,14 +96,25 @@ func archImage(arch string, base, app *Tree, m Meta) (v1.Image, error) {
 	return mutate.Append(img, adds...)
 }
 
+func appComment(m Meta) string {
+	if m.IPTables {
+		return "ipvsproxy " + m.Version + ", node-prep, iptables-wrapper"
+	}
+	return "ipvsproxy " + m.Version + ", node-prep"
+}
+
 func labels(m Meta) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		"org.opencontainers.image.title":    "ipvsproxy",
 		"org.opencontainers.image.version":  m.Version,
 		"org.opencontainers.image.revision": m.Revision,
 		"org.opencontainers.image.created":  m.Epoch.UTC().Format(time.RFC3339),
 		"org.opencontainers.image.licenses": "Apache-2.0",
 	}
+	if m.Description != "" {
+		l["org.opencontainers.image.description"] = m.Description
+	}
+	return l
 }
 
 // imageIndex joins the per-architecture images (in the order given).

@@ -54,7 +54,65 @@ func newTableSetup(ctx context.Context, o *Options, kernel owned.Kernel, client 
 	}
 	klog.InfoS("Using the nftables rules backend", "table", "inet "+nftrules.TableName)
 	realSets := kernel.IPSet
-	return tableNodeSetup(kernel, table, v6, func() error { return removeIPTablesBackend(o, realSets) }), v6, nil
+	retire := func() error { return removeIPTablesBackend(o, realSets) }
+	if !iptables.HaveTools() && iptablesBackendLeft(realSets) {
+		retire = retireWithoutTools(retire)
+	}
+	return tableNodeSetup(kernel, table, v6, retire), v6, nil
+}
+
+// noToolsHint adds to iptables.ErrNoTools what to do about it: the
+// error a subcommand or the proxy stops with, one line, in the image
+// without iptables.
+func noToolsHint(err error) error {
+	if errors.Is(err, iptables.ErrNoTools) {
+		return fmt.Errorf("%w: only --rules-backend=nftables runs without them (this is the nftables image, or a node without iptables); the default image has them", err)
+	}
+	return err
+}
+
+// iptablesBackendLeft says, at the start of the nftables backend on a
+// machine without iptables tools, whether the iptables backend ran on
+// this node before: its chains cannot be read without the tools (legacy
+// ones not even over netlink), but its ipsets can, and they are there
+// exactly when it was (it creates them first and they outlive nothing
+// but a cleanup or a reboot). If so it says, in one line, that those
+// chains stay and what to do.
+func iptablesBackendLeft(sets ipset.Interface) bool {
+	have, err := sets.ListSets()
+	if err != nil {
+		return false
+	}
+	ours := map[string]bool{}
+	for _, s := range owned.Sets(true, true) {
+		ours[s.Name] = true
+	}
+	n := 0
+	for _, s := range have {
+		if ours[s.Name] {
+			n++
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	klog.InfoS("Warning: the iptables rules backend ran on this node (its ipsets are here), and without iptables tools its iptables chains cannot be removed; "+
+		"they stay, with the ipsets they match on, until `ipvsproxy cleanup` runs from the default image "+
+		"(or switch with the default image and --rules-backend=nftables first, then change the image)", "ipsets", n)
+	return true
+}
+
+// retireWithoutTools removes what it can of the iptables backend once
+// (its ipsets, if no chain uses them any more): with its chains in place
+// every attempt would wait for the sets to come free and fail, after
+// every full pass. The start-up line has said what to do.
+func retireWithoutTools(retire func() error) func() error {
+	return func() error {
+		if err := retire(); err != nil {
+			klog.InfoS("The iptables backend's ipsets stay (its chains use them); not retried", "err", err)
+		}
+		return nil
+	}
 }
 
 // tableNodeSetup is the node set-up over table: the engine's sets are the
@@ -107,6 +165,10 @@ func removeNFTablesBackend() error {
 // chains and jumps. The chains do not depend on the local-traffic
 // detector, so any valid one names them; NodeCIDR would need the API.
 func ruleCleaners(o *Options) ([]cleanup.RuleCleaner, error) {
+	if !iptables.HaveTools() {
+		// Even with an explicit --iptables-backend: no chains to look for.
+		return nil, noToolsHint(iptables.ErrNoTools)
+	}
 	backend, err := iptablesBackend(o)
 	if err != nil {
 		return nil, err

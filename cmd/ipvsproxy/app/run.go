@@ -470,7 +470,7 @@ func iptablesBackend(o *Options) (iptables.Backend, error) {
 		return backend, err
 	}
 	if backend, err = iptables.DetectBackend(); err != nil {
-		return "", err
+		return "", noToolsHint(err)
 	}
 	klog.InfoS("Detected the iptables backend", "backend", backend)
 	return backend, nil
@@ -487,7 +487,7 @@ func proxyIPTablesBackend(o *Options) (iptables.Backend, error) {
 	}
 	backend, warning, err := iptables.ResolveBackend(requested)
 	if err != nil {
-		return "", err
+		return "", noToolsHint(err)
 	}
 	if warning != "" {
 		klog.Warning(warning)
