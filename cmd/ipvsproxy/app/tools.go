@@ -82,7 +82,7 @@ func toolCommand(use, short string, logging *logsapi.LoggingConfiguration, do fu
 }
 
 func newCleanupCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
-	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains), and nothing else", logging,
+	cmd, _ := toolCommand("cleanup", "Remove everything ipvsproxy made on this node (virtual servers, kube-ipvs0 addresses, ipsets, iptables chains, the nftables table), and nothing else", logging,
 		func(cmd *cobra.Command, o *Options) error { return fail(cmd, runCleanup(o, cmd.OutOrStdout())) })
 	cmd.Long = cmd.Short + `.
 
@@ -94,7 +94,10 @@ Pass the flags the proxy runs with: ownership depends on them.
     a node port left on an address the node no longer has is kept.
   - Nothing in --ipvs-exclude-cidrs is removed. kube-ipvs0 loses every
     other address, and is deleted only when no address is left on it.
-  - Sets and iptables chains: only ipvsproxy's KUBE-* ones.`
+  - Sets and iptables chains: only ipvsproxy's KUBE-* ones; the nftables
+    table inet ipvsproxy whole. Both backends' objects are removed
+    whichever --rules-backend is given; with --rules-backend=nftables a
+    node without iptables tools is not searched for chains.`
 	return cmd
 }
 
