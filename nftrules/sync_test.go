@@ -153,19 +153,30 @@ func TestSyncRepairsDrift(t *testing.T) {
 }
 
 // sortBlocks puts a listing's sets and chains in name order: a set or
-// chain made again by a repair is listed last, by the kernel too.
+// chain made again by a repair is listed last, by the kernel too. The
+// table's first and last lines stay where they are.
 func sortBlocks(listing string) string {
+	lines := strings.Split(strings.TrimRight(listing, "\n"), "\n")
+	if len(lines) < 2 {
+		return listing
+	}
 	var blocks []string
 	cur := ""
-	for _, l := range strings.Split(listing, "\n") {
-		cur += l + "\n"
-		if l == "\t}" {
-			blocks = append(blocks, cur)
+	for _, l := range lines[1 : len(lines)-1] {
+		if l == "" {
+			continue
+		}
+		if strings.HasPrefix(l, "\tset ") || strings.HasPrefix(l, "\tchain ") {
+			if cur != "" {
+				blocks = append(blocks, cur)
+			}
 			cur = ""
 		}
+		cur += l + "\n"
 	}
+	blocks = append(blocks, cur)
 	slices.Sort(blocks)
-	return strings.Join(blocks, "") + cur
+	return lines[0] + "\n" + strings.Join(blocks, "") + lines[len(lines)-1] + "\n"
 }
 
 // withoutElements drops the element lines of a listing.
