@@ -21,7 +21,8 @@ func nftNode(t *testing.T) (*node, *nftrules.Fake) {
 	n := programmedNode(t)
 	table, err := nftrules.NewFake(nftrules.DefaultConfig(true, false))
 	must(t, err)
-	must(t, table.EnsureTable())
+	_, err = table.Sync()
+	must(t, err)
 	k := n.Kernel()
 	k.IPSet = table.IPSets()
 	cfg := sync.Config{NodeName: "node-a", Scheduler: "rr", IPv4: true, NodePortAddresses: nodePorts}

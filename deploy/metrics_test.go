@@ -43,7 +43,7 @@ func exported(t *testing.T) (series map[string]dto.MetricType, families map[stri
 	for _, g := range []*prometheus.GaugeVec{m.LastSync, m.LastQueued} {
 		g.WithLabelValues(sync.FamilyIPv4).Set(0)
 	}
-	for _, c := range []*prometheus.CounterVec{m.RestoreFailures, m.ConntrackReconcile} {
+	for _, c := range []*prometheus.CounterVec{m.RestoreFailures, m.NFTablesSyncFailures, m.ConntrackReconcile} {
 		c.WithLabelValues(sync.FamilyIPv4).Add(0)
 	}
 	for _, path := range []string{"/healthz", "/livez"} {

@@ -120,7 +120,7 @@ func natRules() (string, error) {
 // depend on timing.
 func TestFirewallReloadRestored(t *testing.T) {
 	if framework.NFTables() {
-		t.Skip("iptables only: the canary monitor restores the iptables rules between passes; the nftables table is re-asserted by every full pass (TestDriftChainRuleRepaired)")
+		t.Skip("iptables only: the nftables counterpart is TestNFTablesFlushRestored")
 	}
 	proxyWith(t, "canary", "--ipvs-sync-period", "1h")
 	pods := startPods(t, "fw", 2, []int{8080}, nil)
@@ -170,6 +170,75 @@ func TestFirewallReloadRestored(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Errorf("ipvsproxy_iptables_canary_restores_total %v -> %v: the repair was not the canary monitor's", restores, after)
+	}
+	if now := metric(t, fullPassesMetric); now != passes {
+		t.Errorf("%v full passes ran during the test (sync period 1h): something queued a pass, so the repair is not attributable", now-passes)
+	}
+	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
+	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 10, pods)
+}
+
+// restoreTimeout bounds the table monitor's repair: it looks every
+// second, and a repair is one read and one transaction; the rest is slack
+// for a loaded 2-core host (and still far below the hour-long sync
+// period, so no full pass can be the one that repairs).
+const restoreTimeout = 15 * time.Second
+
+// The nftables counterpart of TestFirewallReloadRestored: `nft flush
+// table inet ipvsproxy` (every chain emptied, the sets kept) and a base
+// chain deleted. The table monitor (not a full pass: the sync period is
+// an hour) puts every rule back within seconds, counts it, and a
+// ClusterIP answers again from the node and from a client outside the
+// cluster.
+func TestNFTablesFlushRestored(t *testing.T) {
+	if !framework.NFTables() {
+		t.Skip("nftables only: the iptables counterpart is TestFirewallReloadRestored")
+	}
+	proxyWith(t, "nftmonitor", "--ipvs-sync-period", "1h")
+	pods := startPods(t, "nftfw", 2, []int{8080}, nil)
+	c := startClient(t, "nftfw", "10.20.6.2")
+	ts := createService(t, namespace(t), "nftfw", pods, httpPort)
+	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
+	waitFirstPass(t)
+	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 4, pods)
+	before, err := natRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(before, "services: ") || !strings.Contains(before, "postrouting: ") {
+		t.Fatalf("table inet %s lacks its services or postrouting rules before the test:\n%s", framework.NFTTable, before)
+	}
+	passes, restores := metric(t, fullPassesMetric), metric(t, tableRestoresMetric)
+	table := "inet " + framework.NFTTable
+	if _, err := framework.Run("nft", "flush table "+table+" ; delete chain "+table+" nat-output"); err != nil {
+		t.Fatal(err)
+	}
+	broken := time.Now()
+	if now, _ := natRules(); now == before {
+		t.Fatalf("nft flush changed nothing (already repaired?):\n%s", now)
+	}
+	var last string
+	err = framework.Eventually(restoreTimeout, 50*time.Millisecond, func() error {
+		if last, err = natRules(); err != nil {
+			return err
+		}
+		if last != before {
+			return fmt.Errorf("table rules differ from before the flush")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("rules not restored within %v: %v\nbefore:\n%s\nnow:\n%s", restoreTimeout, err, before, last)
+	}
+	t.Logf("FIGURE nftables monitor: table rules restored %v after the flush", time.Since(broken).Round(time.Millisecond))
+	var after float64
+	if err := framework.Eventually(restoreTimeout, 50*time.Millisecond, func() error {
+		if after = metric(t, tableRestoresMetric); after <= restores {
+			return fmt.Errorf("not counted yet")
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("%s %v -> %v: the repair was not the table monitor's", tableRestoresMetric, restores, after)
 	}
 	if now := metric(t, fullPassesMetric); now != passes {
 		t.Errorf("%v full passes ran during the test (sync period 1h): something queued a pass, so the repair is not attributable", now-passes)
@@ -265,9 +334,11 @@ func TestDiffAcceptsVerbosity(t *testing.T) {
 	}
 }
 
-// The proxy's counters TestFirewallReloadRestored reads.
+// The proxy's counters TestFirewallReloadRestored and
+// TestNFTablesFlushRestored read.
 const (
 	canaryRestoresMetric = "ipvsproxy_iptables_canary_restores_total"
+	tableRestoresMetric  = "ipvsproxy_nftables_table_restores_total"
 	fullPassesMetric     = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}` // per family, as kube-proxy
 )
 

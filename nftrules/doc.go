@@ -11,14 +11,20 @@
 //   - stmt.go: each rule part as kernel expressions and as `nft list`
 //     prints it — one value, so the fake's text and the kernel's
 //     messages cannot drift apart;
-//   - writer.go: Interface, shared by both backends: the structure in
-//     one transaction, elements in transactions of at most MaxBatch;
+//   - writer.go: Interface, shared by both backends: Sync reads the
+//     structure back and writes it in one transaction only on drift,
+//     elements go in transactions of at most MaxBatch;
+//   - readback.go: the table as read back, compared with the wanted
+//     one (robust to what the kernel adds), and the repair transaction;
+//   - monitor.go and generation_linux.go: Monitor, which syncs the
+//     table when nf_tables' generation moved, between full passes;
 //   - ipsets.go: IPSets, the table's sets as ipset.Interface for the
 //     engine's owned.Kernel;
-//   - netlink_linux.go: transactions to the kernel; fakekernel.go:
-//     transactions to an in-memory nf_tables that refuses what the
-//     kernel refuses, with its errno; fake.go: Fake, whose String is
-//     `nft list table inet ipvsproxy`.
+//   - netlink_linux.go and netlink_read_linux.go: transactions to and
+//     reads from the kernel; fakekernel.go: transactions to an
+//     in-memory nf_tables that refuses what the kernel refuses, with its
+//     errno; fakeread.go: its read-back, as the kernel dumps it;
+//     fake.go: Fake, whose String is `nft list table inet ipvsproxy`.
 //
 // The engine keeps its shape: it names sets by their ipset names and
 // entries as ipset.Entry, and this package maps them.

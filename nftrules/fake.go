@@ -7,7 +7,7 @@ import (
 
 // Verbs name the methods of Interface, for Fake's counters and Faults.
 const (
-	VerbEnsureTable    = "EnsureTable"
+	VerbSync           = "Sync"
 	VerbAddElements    = "AddElements"
 	VerbDeleteElements = "DeleteElements"
 	VerbListElements   = "ListElements"
@@ -45,7 +45,7 @@ func NewFake(cfg Config) (*Fake, error) {
 		return nil, err
 	}
 	f := &Fake{w: w, kernel: k}
-	f.Verbs(VerbEnsureTable, VerbAddElements, VerbDeleteElements, VerbListElements, VerbDeleteTable)
+	f.Verbs(VerbSync, VerbAddElements, VerbDeleteElements, VerbListElements, VerbDeleteTable)
 	return f, nil
 }
 
@@ -55,13 +55,16 @@ func (f *Fake) begin(verb, set string, entries []ipset.Entry) error {
 	return f.Check(verb, Call{Verb: verb, Set: set, Entries: entries})
 }
 
-// EnsureTable implements Interface.
-func (f *Fake) EnsureTable() error {
-	if err := f.begin(VerbEnsureTable, "", nil); err != nil {
-		return err
+// Sync implements Interface. A fault fails it before the read.
+func (f *Fake) Sync() (bool, error) {
+	if err := f.begin(VerbSync, "", nil); err != nil {
+		return false, err
 	}
-	return f.w.EnsureTable()
+	return f.w.Sync()
 }
+
+// HasSynced reports whether a Sync succeeded (see Monitor).
+func (f *Fake) HasSynced() bool { return f.w.HasSynced() }
 
 // AddElements implements Interface.
 func (f *Fake) AddElements(set string, entries ...ipset.Entry) error {

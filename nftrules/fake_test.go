@@ -20,7 +20,7 @@ func newTestFake(t *testing.T, cfg Config) *Fake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.EnsureTable(); err != nil {
+	if _, err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -175,7 +175,7 @@ func TestEnsureTableRepairsRulesKeepsElements(t *testing.T) {
 	if err := f.kernel.commit([]op{opFlushChain{chainServices}, opAddRule{chainIPVSFilter, rule{drop}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.EnsureTable(); err != nil {
+	if _, err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.String(); got != withElement {
@@ -187,19 +187,23 @@ func TestEnsureTableRepairsRulesKeepsElements(t *testing.T) {
 	if err := f.DeleteTable(); err != nil {
 		t.Errorf("deleting an absent table: %v", err)
 	}
-	if err := f.EnsureTable(); err != nil || f.String() != want {
+	if _, err := f.Sync(); err != nil || f.String() != want {
 		t.Errorf("re-created table (err %v):\n%s", err, f)
 	}
 }
 
-// countingBackend counts transactions and their element ops.
+// countingBackend counts transactions; fail refuses them.
 type countingBackend struct {
 	fakeKernel
 	commits int
+	fail    error
 }
 
 func (c *countingBackend) commit(ops []op) error {
 	c.commits++
+	if c.fail != nil {
+		return c.fail
+	}
 	return c.fakeKernel.commit(ops)
 }
 
@@ -209,7 +213,7 @@ func TestElementsGoInBoundedBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.EnsureTable(); err != nil {
+	if _, err := w.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	var entries []ipset.Entry

@@ -37,6 +37,9 @@ type kChain struct {
 	name  string
 	hook  *hookSpec
 	rules []rule
+	// drop: a base chain's policy is drop (only someone else sets it;
+	// an add of the chain puts accept back, as nf_tables_updchain does).
+	drop bool
 }
 
 func (t *kTable) clone() *kTable {
@@ -45,7 +48,7 @@ func (t *kTable) clone() *kTable {
 		c.sets = append(c.sets, &kSet{spec: s.spec, elems: maps.Clone(s.elems), added: slices.Clone(s.added)})
 	}
 	for _, ch := range t.chains {
-		c.chains = append(c.chains, &kChain{name: ch.name, hook: ch.hook, rules: slices.Clone(ch.rules)})
+		c.chains = append(c.chains, &kChain{name: ch.name, hook: ch.hook, rules: slices.Clone(ch.rules), drop: ch.drop})
 	}
 	return c
 }
@@ -119,6 +122,8 @@ func apply(t *kTable, o op) (*kTable, error) {
 		err = t.flushChain(o.chain)
 	case opDelChain:
 		err = t.delChain(o.chain)
+	case opDelSet:
+		err = t.delSet(o.set)
 	case opAddRule:
 		err = t.addRule(o.chain, o.rule)
 	case opAddElems:
@@ -147,11 +152,18 @@ func (t *kTable) addSet(s *setSpec) error {
 func (t *kTable) addChain(c chainSpec) error {
 	if have := t.chain(c.name); have != nil {
 		// Adding a chain that exists updates it: a hook is refused on a
-		// regular chain, another hook or priority on a base chain
-		// (nf_tables_updchain); without a hook nothing changes.
-		if c.hook != nil && have.hook != c.hook {
-			return errnof(unix.EEXIST, "chain %s exists with another hook", c.name)
+		// regular chain, another type, hook or priority on a base chain
+		// (nf_tables_updchain: EEXIST); a base chain takes the add's
+		// policy; without a hook nothing changes.
+		switch {
+		case c.hook == nil:
+			return nil
+		case have.hook == nil:
+			return errnof(unix.EEXIST, "chain %s exists without a hook", c.name)
+		case have.hook.typ != c.hook.typ || *have.hook.hook != *c.hook.hook || *have.hook.prio != *c.hook.prio:
+			return errnof(unix.EEXIST, "chain %s exists with another type or hook", c.name)
 		}
+		have.drop = false // the add's policy, accept
 		return nil
 	}
 	t.chains = append(t.chains, &kChain{name: c.name, hook: c.hook})
@@ -182,6 +194,22 @@ func (t *kTable) delChain(name string) error {
 		}
 	}
 	t.chains = slices.DeleteFunc(t.chains, func(x *kChain) bool { return x == c })
+	return nil
+}
+
+// delSet deletes a set; a set a rule looks up is busy.
+func (t *kTable) delSet(name string) error {
+	if t.set(name) == nil {
+		return errnof(unix.ENOENT, "no set %s", name)
+	}
+	for _, c := range t.chains {
+		for _, r := range c.rules {
+			if sets, _ := r.refs(); slices.Contains(sets, name) {
+				return errnof(unix.EBUSY, "set %s is used by chain %s", name, c.name)
+			}
+		}
+	}
+	t.sets = slices.DeleteFunc(t.sets, func(s *kSet) bool { return s.spec.name == name })
 	return nil
 }
 
@@ -327,7 +355,13 @@ func (k *fakeKernel) list() string {
 	}
 	var chains []chainSpec
 	for _, c := range k.table.chains {
-		chains = append(chains, chainSpec{name: c.name, hook: c.hook, rules: c.rules})
+		h := c.hook
+		if c.drop {
+			dropped := *h
+			dropped.drop = true
+			h = &dropped
+		}
+		chains = append(chains, chainSpec{name: c.name, hook: h, rules: c.rules})
 	}
 	return listTable(TableName, sets, elems, chains)
 }

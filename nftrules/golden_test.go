@@ -121,7 +121,7 @@ func TestGoldenTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := f.EnsureTable(); err != nil {
+			if _, err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			for _, v6 := range cfg.families() {

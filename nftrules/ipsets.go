@@ -12,7 +12,7 @@ import (
 // IPSets shows the table's sets to the engine as ipset.Interface, under
 // kube-proxy's ipset names, so owned.Kernel.IPSet can be the nftables
 // table and the engine (writes, the full pass's reads and prunes) keeps
-// its shape. The table's structure is EnsureTable's: EnsureSet only
+// its shape. The table's structure is Sync's: EnsureSet only
 // checks that the table has a set standing in for the ipset. nft sets
 // have no maxelem, so they never grow: leave the reconciler's SetSpecs
 // unset, and SwapSets is refused.
@@ -39,7 +39,7 @@ func (s *IPSets) known(name string) (ipset.Set, bool) {
 }
 
 // EnsureSet accepts the owned sets of the table's families (the table
-// holds them once EnsureTable ran) and refuses any other.
+// holds them once Sync ran) and refuses any other.
 func (s *IPSets) EnsureSet(set ipset.Set) error {
 	want, ok := s.known(set.Name)
 	if !ok {

@@ -22,9 +22,9 @@ func TestIPSetsViewSetsAndRefusals(t *testing.T) {
 	}
 	v := f.IPSets()
 	if sets, err := v.ListSets(); err != nil || len(sets) != 0 {
-		t.Errorf("before EnsureTable: %v, %v; want no sets", sets, err)
+		t.Errorf("before Sync: %v, %v; want no sets", sets, err)
 	}
-	if err := f.EnsureTable(); err != nil {
+	if _, err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	sets, err := v.ListSets()
@@ -154,7 +154,7 @@ func TestIPSetsBatchedEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.EnsureTable(); err != nil {
+	if _, err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	v := f.IPSets()

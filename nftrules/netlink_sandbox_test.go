@@ -64,7 +64,7 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 				t.Fatal(err)
 			}
 			fake := newTestFake(t, cfg)
-			if err := kern.EnsureTable(); err != nil {
+			if _, err := kern.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			for _, v6 := range cfg.families() {
@@ -101,7 +101,7 @@ func TestSandboxListingMatchesFake(t *testing.T) {
 				if err := w.DeleteElements(set, gone...); err != nil {
 					t.Fatal(err)
 				}
-				if err := w.EnsureTable(); err != nil {
+				if _, err := w.Sync(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -149,7 +149,7 @@ func TestSandboxRefusalsMatchFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kern.EnsureTable(); err != nil {
+	if _, err := kern.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	fake := newTestFake(t, cfg)

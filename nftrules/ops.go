@@ -13,6 +13,7 @@ type (
 	opAddChain   struct{ chain chainSpec } // the chain only; rules come as opAddRule
 	opFlushChain struct{ chain string }
 	opDelChain   struct{ chain string }
+	opDelSet     struct{ set string }
 	opAddRule    struct {
 		chain string
 		rule  rule
@@ -37,38 +38,18 @@ func (opAddSet) opName() string     { return "add set" }
 func (opAddChain) opName() string   { return "add chain" }
 func (opFlushChain) opName() string { return "flush chain" }
 func (opDelChain) opName() string   { return "delete chain" }
+func (opDelSet) opName() string     { return "delete set" }
 func (opAddRule) opName() string    { return "add rule" }
 func (opAddElems) opName() string   { return "add element" }
 func (opDelElems) opName() string   { return "delete element" }
 
-// backend commits transactions and reads a set's elements: the kernel
+// backend commits transactions and reads the table back: the kernel
 // over netlink, or the fake.
 type backend interface {
 	commit(ops []op) error
 	elements(set *setSpec) ([]element, error)
 	sets() (map[string]bool, error) // the table's set names; none without a table
-}
-
-// structureOps is the transaction that makes the table t: the table,
-// its sets (elements untouched), its chains, each chain flushed and its
-// rules written. Adding what exists is not an error, so the same batch
-// creates the table on a fresh node and repairs its rules on a running
-// one, atomically: no packet sees a half-written chain.
-func structureOps(t tableSpec) []op {
-	ops := []op{opAddTable{}}
-	for _, s := range t.sets {
-		ops = append(ops, opAddSet{s})
-	}
-	for _, c := range t.chains {
-		ops = append(ops, opAddChain{c})
-	}
-	for _, c := range t.chains {
-		ops = append(ops, opFlushChain{c.name})
-	}
-	for _, c := range t.chains {
-		for _, r := range c.rules {
-			ops = append(ops, opAddRule{c.name, r})
-		}
-	}
-	return ops
+	// structure reads the table's sets (declarations only), chains and
+	// rules; nil without a table.
+	structure() (*liveTable, error)
 }

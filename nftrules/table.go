@@ -89,10 +89,17 @@ type hookSpec struct {
 	// hookName and prioName are how nft 1.0.6 (Debian 12) prints them.
 	// nft 1.0.8 and later print the nat output priority as "dstnat".
 	hookName, prioName string
+	// drop: policy drop, only in the fake's listing of a chain someone
+	// else changed; ipvsproxy's chains accept.
+	drop bool
 }
 
 func (h *hookSpec) text() string {
-	return fmt.Sprintf("type %s hook %s priority %s; policy accept;", h.typ, h.hookName, h.prioName)
+	policy := "accept"
+	if h.drop {
+		policy = "drop"
+	}
+	return fmt.Sprintf("type %s hook %s priority %s; policy %s;", h.typ, h.hookName, h.prioName, policy)
 }
 
 // The hooks, at the priorities of the iptables tables they stand in for,
@@ -100,12 +107,12 @@ func (h *hookSpec) text() string {
 // and mangle OUTPUT (-150) run before IPVS takes a node's connection at
 // LOCAL_OUT (-99), filter INPUT (0) before IPVS's LOCAL_IN (98).
 var (
-	hookNATPrerouting  = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest, "prerouting", "dstnat"}
-	hookNATOutput      = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookOutput, nftables.ChainPriorityNATDest, "output", "-100"}
-	hookNATPostrouting = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource, "postrouting", "srcnat"}
-	hookFilterInput    = &hookSpec{nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter, "input", "filter"}
-	hookFilterForward  = &hookSpec{nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter, "forward", "filter"}
-	hookMangleOutput   = &hookSpec{nftables.ChainTypeRoute, nftables.ChainHookOutput, nftables.ChainPriorityMangle, "output", "mangle"}
+	hookNATPrerouting  = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest, "prerouting", "dstnat", false}
+	hookNATOutput      = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookOutput, nftables.ChainPriorityNATDest, "output", "-100", false}
+	hookNATPostrouting = &hookSpec{nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource, "postrouting", "srcnat", false}
+	hookFilterInput    = &hookSpec{nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter, "input", "filter", false}
+	hookFilterForward  = &hookSpec{nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter, "forward", "filter", false}
+	hookMangleOutput   = &hookSpec{nftables.ChainTypeRoute, nftables.ChainHookOutput, nftables.ChainPriorityMangle, "output", "mangle", false}
 )
 
 // chainSpec is one chain and its complete rule list.

@@ -78,7 +78,7 @@ func TestSandboxTrafficIPVSFilterAndSourceRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = n.Close() }()
-	if err := n.EnsureTable(); err != nil {
+	if _, err := n.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	vip, lb := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("192.0.2.10")

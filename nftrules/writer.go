@@ -3,8 +3,12 @@ package nftrules
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 )
@@ -15,10 +19,14 @@ import (
 // kube-proxy's ipset name (owned.SetName) and an ipset.Entry — so the
 // engine's records, reference counts and ownership stay as they are.
 type Interface interface {
-	// EnsureTable writes the table, its sets and chains and all its rules
-	// in one transaction. Elements already in the sets stay; the rules are
-	// rewritten, so a changed or flushed chain is repaired.
-	EnsureTable() error
+	// Sync reads the table's structure back (its sets' declarations, its
+	// chains and their rules, not the elements) and, only when it differs
+	// from the Config's, writes the whole structure in one transaction:
+	// a missing table, set or chain is made, a flushed or edited chain is
+	// repaired, a rule or chain someone added to the table is removed.
+	// Elements of the sets that stay are untouched. changed reports a
+	// write; an unchanged table costs a read and no transaction.
+	Sync() (changed bool, err error)
 	// AddElements adds entries to the nft set standing in for the named
 	// ipset; an entry already there is not an error. Entries go in
 	// transactions of at most MaxBatch elements.
@@ -44,8 +52,14 @@ const MaxBatch = 256
 // fake differ only in the backend, so the fake tests this logic too.
 type writer struct {
 	layout  tableSpec
+	rules   map[string][][]byte // layout's rules, encoded for comparison
 	targets map[string]target
 	be      backend
+	// syncMu makes a Sync's read and write one step: the full pass and
+	// the Monitor may sync at the same time, and the second then reads
+	// the first's repair instead of writing it again.
+	syncMu sync.Mutex
+	synced atomic.Bool // a Sync succeeded
 }
 
 func newWriter(cfg Config, be backend) (*writer, error) {
@@ -53,15 +67,37 @@ func newWriter(cfg Config, be backend) (*writer, error) {
 		return nil, err
 	}
 	l := cfg.layout()
-	return &writer{layout: l, targets: targets(l.sets), be: be}, nil
+	rules, err := wantedRules(l)
+	if err != nil {
+		return nil, fmt.Errorf("nftrules: %w", err)
+	}
+	return &writer{layout: l, rules: rules, targets: targets(l.sets), be: be}, nil
 }
 
-func (w *writer) EnsureTable() error {
-	if err := w.be.commit(structureOps(w.layout)); err != nil {
-		return fmt.Errorf("nftrules: write table %s: %w", TableName, err)
+func (w *writer) Sync() (bool, error) {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	have, err := w.be.structure()
+	if err != nil {
+		return false, fmt.Errorf("nftrules: read table %s: %w", TableName, err)
 	}
-	return nil
+	diff, err := drift(w.layout, w.rules, have)
+	if err != nil {
+		return false, fmt.Errorf("nftrules: compare table %s: %w", TableName, err)
+	}
+	if len(diff) > 0 {
+		klog.V(2).InfoS("nftables: writing the table's structure", "table", "inet "+TableName, "drift", strings.Join(diff, "; "))
+		if err := w.be.commit(repairOps(w.layout, have)); err != nil {
+			return false, fmt.Errorf("nftrules: write table %s: %w", TableName, err)
+		}
+	}
+	w.synced.Store(true)
+	return len(diff) > 0, nil
 }
+
+// HasSynced reports whether a Sync succeeded: before, the table is the
+// node set-up's to write (at the first full pass), not the Monitor's.
+func (w *writer) HasSynced() bool { return w.synced.Load() }
 
 // elements converts entries for the nft set standing in for ipsetName.
 func (w *writer) elements(ipsetName string, entries []ipset.Entry) (*setSpec, []element, error) {

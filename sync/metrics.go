@@ -34,12 +34,18 @@ type Metrics struct {
 	ServicesProgrammed prometheus.Gauge
 	NoLocalEndpoints   *prometheus.GaugeVec
 	RestoreFailures    *prometheus.CounterVec
-	Draining           prometheus.Gauge
-	ConntrackDeleted   prometheus.Counter
-	ConntrackDuration  *prometheus.HistogramVec // kube-proxy's conntrack reconciler: one stale-flow walk
-	ConntrackReconcile *prometheus.CounterVec   // entries that walk deleted, by family
-	SetGrowths         prometheus.Counter
-	CriticalProgrammed prometheus.Gauge
+	// NFTablesSyncFailures counts Syncs of the nftables table that failed
+	// (read back or written); NFTablesCleanupFailures, deletions of the
+	// table that failed (a switch back to iptables). kube-proxy's
+	// nftables-mode names; its labels are the families the table serves.
+	NFTablesSyncFailures    *prometheus.CounterVec
+	NFTablesCleanupFailures *prometheus.CounterVec
+	Draining                prometheus.Gauge
+	ConntrackDeleted        prometheus.Counter
+	ConntrackDuration       *prometheus.HistogramVec // kube-proxy's conntrack reconciler: one stale-flow walk
+	ConntrackReconcile      *prometheus.CounterVec   // entries that walk deleted, by family
+	SetGrowths              prometheus.Counter
+	CriticalProgrammed      prometheus.Gauge
 
 	families []string // the node's, set by the runner
 }
@@ -71,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
-			m.NoLocalEndpoints, m.RestoreFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
+			m.NoLocalEndpoints, m.RestoreFailures, m.NFTablesSyncFailures, m.NFTablesCleanupFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
 			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths, m.CriticalProgrammed)
 	}
 	return m
@@ -124,6 +130,12 @@ func (m *Metrics) newKubeProxyMetrics() {
 		RestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "iptables_restore_failures_total",
 			Help: "Cumulative proxy iptables restore failures"}, family),
+		NFTablesSyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "nftables_sync_failures_total",
+			Help: "Cumulative proxy nftables sync failures"}, family),
+		NFTablesCleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Subsystem: "sync_proxy_rules", Name: "nftables_cleanup_failures_total",
+			Help: "Cumulative proxy nftables cleanup failures"}, family),
 		ConntrackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Name: "conntrack_reconciler_sync_duration_seconds",
 			Help: "ReconcileConntrackFlowsLatency latency in seconds", Buckets: buckets}, family),
@@ -161,6 +173,16 @@ func (m *Metrics) newOwnMetrics() {
 		"Stale UDP conntrack entries deleted after their backend went away")
 	m.CriticalProgrammed = ownGauge("critical_services_programmed_seconds",
 		"Seconds from the proxy's start until every critical Service (--critical-services and default/kubernetes) of the informers' initial lists was programmed, endpoints included; 0 until then")
+}
+
+// NFTablesFailed counts a failure of the nftables table (Sync or
+// cleanup, c) under every family the node serves: the one inet table
+// stands in for kube-proxy's table per family.
+func (m *Metrics) NFTablesFailed(c *prometheus.CounterVec, v6 bool) {
+	c.WithLabelValues(FamilyIPv4).Inc()
+	if v6 {
+		c.WithLabelValues(FamilyIPv6).Inc()
+	}
 }
 
 // setFamilies records the families the node serves.

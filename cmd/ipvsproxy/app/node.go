@@ -13,6 +13,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
@@ -30,7 +31,8 @@ type nodeSetup struct {
 	rules  []*iptables.Syncer
 	onFail func(iptables.Family) // counts an iptables-restore failure
 	// table is the nftables backend's table; nil with the iptables one.
-	table nftablesTable
+	table       nftablesTable
+	onTableFail func() // counts a failed Sync of the table
 	// retire removes the other backend's node-wide objects after a full
 	// pass (a node switched between backends keeps nothing of the old).
 	retire *afterFirstPass
@@ -41,9 +43,20 @@ func (n *nodeSetup) ensure() error {
 		return err
 	}
 	if n.table != nil {
-		// The whole structure in one transaction: a flushed or edited
-		// chain is repaired, the sets' elements are left alone.
-		return n.table.EnsureTable()
+		// Read back, and the whole structure in one transaction only if
+		// it differs: a flushed or edited chain is repaired, the sets'
+		// elements are left alone.
+		changed, err := n.table.Sync()
+		if err != nil {
+			if n.onTableFail != nil {
+				n.onTableFail()
+			}
+			return err
+		}
+		if changed {
+			klog.V(2).InfoS("Wrote the nftables table's structure", "table", "inet "+nftrules.TableName)
+		}
+		return nil
 	}
 	// Sets before rules: a rule that matches on a set needs the set.
 	for _, s := range n.sets {

@@ -14,6 +14,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
+	"github.com/ipvsproxy/ipvsproxy/sync"
 )
 
 // This file is --rules-backend=nftables in the proxy and its tools: the
@@ -21,10 +22,10 @@ import (
 // nftrules) in place of iptables chains and ipsets. The engine is the
 // same; it writes set elements through the table's ipset view.
 
-// nftablesTable is what the node set-up needs of the table;
-// *nftrules.Netlink and *nftrules.Fake are one.
+// nftablesTable is what the node set-up and the table monitor need of
+// the table; *nftrules.Netlink and *nftrules.Fake are one.
 type nftablesTable interface {
-	EnsureTable() error
+	nftrules.Syncer
 	IPSets() *nftrules.IPSets
 }
 
@@ -39,7 +40,7 @@ func nftablesConfig(o *Options, detector iptables.LocalDetector, v6 bool) nftrul
 // newTableSetup is newNodeSetup for the nftables backend: a kernel that
 // cannot hold the table stops the start with one line, before anything
 // is written.
-func newTableSetup(ctx context.Context, o *Options, kernel owned.Kernel, client kubernetes.Interface, nodeName string) (*nodeSetup, bool, error) {
+func newTableSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics *sync.Metrics, client kubernetes.Interface, nodeName string) (*nodeSetup, bool, error) {
 	if err := nftrules.Probe(); err != nil {
 		return nil, false, fmt.Errorf("--rules-backend=nftables: %w", err)
 	}
@@ -58,7 +59,7 @@ func newTableSetup(ctx context.Context, o *Options, kernel owned.Kernel, client 
 	if !iptables.HaveTools() && iptablesBackendLeft(realSets) {
 		retire = retireWithoutTools(retire)
 	}
-	return tableNodeSetup(kernel, table, v6, retire), v6, nil
+	return tableNodeSetup(kernel, table, v6, metrics, retire), v6, nil
 }
 
 // noToolsHint adds to iptables.ErrNoTools what to do about it: the
@@ -116,11 +117,13 @@ func retireWithoutTools(retire func() error) func() error {
 }
 
 // tableNodeSetup is the node set-up over table: the engine's sets are the
-// table's (ipset), ensure writes the table, and retire removes the
-// iptables backend once the table holds every service.
-func tableNodeSetup(kernel owned.Kernel, table nftablesTable, v6 bool, retire func() error) *nodeSetup {
+// table's (ipset), ensure syncs the table (a failure counted in
+// metrics), and retire removes the iptables backend once the table
+// holds every service.
+func tableNodeSetup(kernel owned.Kernel, table nftablesTable, v6 bool, metrics *sync.Metrics, retire func() error) *nodeSetup {
 	return &nodeSetup{dummy: kernel.Dummy, ipset: table.IPSets(), sets: owned.Sets(true, v6), table: table,
-		retire: &afterFirstPass{what: "the iptables backend's chains and ipsets", do: retire}}
+		onTableFail: func() { metrics.NFTablesFailed(metrics.NFTablesSyncFailures, v6) },
+		retire:      &afterFirstPass{what: "the iptables backend's chains and ipsets", do: retire}}
 }
 
 // kernelHasIPv6 is the nftables backend's IPv6 decision: the inet table
@@ -159,6 +162,18 @@ func removeNFTablesBackend() error {
 	}
 	defer t.Close()
 	return t.DeleteTable()
+}
+
+// countingFailures calls do and, when it fails, failed: the cleanup
+// failures metric around removeNFTablesBackend.
+func countingFailures(do func() error, failed func()) func() error {
+	return func() error {
+		err := do()
+		if err != nil {
+			failed()
+		}
+		return err
+	}
 }
 
 // ruleCleaners are the iptables rule syncers, for removing ipvsproxy's

@@ -81,7 +81,7 @@ func TestSandboxSwitchRemovesTheOtherBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	if err := table.EnsureTable(); err != nil {
+	if _, err := table.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	if err := removeNFTablesBackend(); err != nil {

@@ -1,10 +1,13 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -28,6 +31,12 @@ func TestRulesBackendNFTablesAccepted(t *testing.T) {
 // --rules-backend=nftables, over fake kernels: the engine writes the
 // service's set elements into the table, never into the ipsets.
 func tableNode(t *testing.T, retire func() error) (*fakenode.Node, *nftrules.Fake, *nodeSetup, *sync.Reconciler) {
+	n, table, setup, rec, _ := tableNodeMetrics(t, retire)
+	return n, table, setup, rec
+}
+
+// tableNodeMetrics is tableNode with the registry its metrics are on.
+func tableNodeMetrics(t *testing.T, retire func() error) (*fakenode.Node, *nftrules.Fake, *nodeSetup, *sync.Reconciler, *prometheus.Registry) {
 	t.Helper()
 	n := fakenode.New(t, true, false)
 	table, err := nftrules.NewFake(nftrules.DefaultConfig(true, false))
@@ -35,10 +44,12 @@ func tableNode(t *testing.T, retire func() error) (*fakenode.Node, *nftrules.Fak
 		t.Fatal(err)
 	}
 	kernel := n.Kernel()
-	setup := tableNodeSetup(kernel, table, false, retire)
+	reg := prometheus.NewRegistry()
+	metrics := sync.NewMetrics(reg)
+	setup := tableNodeSetup(kernel, table, false, metrics, retire)
 	kernel.IPSet = setup.ipset
-	rec := newReconciler(NewOptions(), kernel, setup, sync.NewMetrics(prometheus.NewRegistry()), "node-a")
-	return n, table, setup, rec
+	rec := newReconciler(NewOptions(), kernel, setup, metrics, "node-a")
+	return n, table, setup, rec, reg
 }
 
 func webService() map[string]*sync.ServiceState {
@@ -51,10 +62,12 @@ func webService() map[string]*sync.ServiceState {
 }
 
 // The node set-up writes the table (no ipset, no iptables); the engine's
-// elements land in it; every later full pass re-asserts the table's
-// structure and leaves its elements as they are.
+// elements land in it; every later full pass syncs the table's
+// structure (a read: it is unchanged) and leaves its elements as they
+// are; a failed Sync fails the set-up and is counted in
+// kubeproxy_sync_proxy_rules_nftables_sync_failures_total.
 func TestTableSetupEnsureKeepsElements(t *testing.T) {
-	n, table, setup, rec := tableNode(t, func() error { return nil })
+	n, table, setup, rec, reg := tableNodeMetrics(t, func() error { return nil })
 	if err := setup.ensure(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,17 +87,104 @@ func TestTableSetupEnsureKeepsElements(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := table.Counts(); got[nftrules.VerbEnsureTable] != 3 || got[nftrules.VerbAddElements]+got[nftrules.VerbDeleteElements] != 0 {
-		t.Errorf("ensure made %v, want 3 EnsureTable and no element writes", got)
+	if got := table.Counts(); got[nftrules.VerbSync] != 3 || got[nftrules.VerbAddElements]+got[nftrules.VerbDeleteElements] != 0 {
+		t.Errorf("ensure made %v, want 3 Syncs and no element writes", got)
 	}
 	if table.String() != listing {
 		t.Errorf("ensure changed the table:\n%s\nwas:\n%s", table, listing)
 	}
 	// A refused table write fails the node set-up (the pass retries).
-	table.FailOn(nftrules.VerbEnsureTable, nil, errors.New("netlink: EPERM"))
-	if err := setup.ensure(); err == nil {
-		t.Error("a refused EnsureTable was not reported")
+	const failures = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	if got := counterValue(t, reg, failures, sync.FamilyIPv4); got != 0 {
+		t.Errorf("%s = %v before any failure", failures, got)
 	}
+	table.FailOn(nftrules.VerbSync, nil, errors.New("netlink: EPERM"))
+	if err := setup.ensure(); err == nil {
+		t.Error("a refused Sync was not reported")
+	}
+	if got := counterValue(t, reg, failures, sync.FamilyIPv4); got != 1 {
+		t.Errorf("%s{ip_family=IPv4} = %v after a failed Sync, want 1", failures, got)
+	}
+}
+
+// Between passes the table monitor restores a deleted table once the
+// generation moved, and counts it in
+// ipvsproxy_nftables_table_restores_total.
+func TestTableMonitorRestoresAndCounts(t *testing.T) {
+	_, table, setup, _, reg := tableNodeMetrics(t, func() error { return nil })
+	if err := setup.ensure(); err != nil {
+		t.Fatal(err)
+	}
+	want := table.String()
+	var gen atomic.Uint32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	startTableMonitor(ctx, reg, setup.table, func() (uint32, error) { return gen.Load(), nil }, setup.onTableFail)
+	if err := table.DeleteTable(); err != nil {
+		t.Fatal(err)
+	}
+	gen.Add(1)
+	const restores = "ipvsproxy_nftables_table_restores_total"
+	deadline := time.Now().Add(20 * time.Second)
+	for counterValue(t, reg, restores, "") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not counted within 20 s; table:\n%s", restores, table)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if table.String() != want {
+		t.Errorf("restored table:\n%s\nwant:\n%s", table, want)
+	}
+}
+
+// A failed removal of the table (the iptables backend retiring it) is
+// counted in kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total
+// under each family; a success is not.
+func TestTableCleanupFailuresCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics := sync.NewMetrics(reg)
+	fail := errors.New("netlink: EPERM")
+	var result error
+	do := countingFailures(func() error { return result }, func() { metrics.NFTablesFailed(metrics.NFTablesCleanupFailures, true) })
+	const name = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"
+	if err := do(); err != nil || counterValue(t, reg, name, sync.FamilyIPv4) != 0 {
+		t.Fatalf("a successful cleanup: %v, counted %v", err, counterValue(t, reg, name, sync.FamilyIPv4))
+	}
+	result = fail
+	if err := do(); !errors.Is(err, fail) {
+		t.Fatalf("the failure was not returned: %v", err)
+	}
+	for _, f := range []string{sync.FamilyIPv4, sync.FamilyIPv6} {
+		if got := counterValue(t, reg, name, f); got != 1 {
+			t.Errorf("%s{ip_family=%s} = %v, want 1", name, f, got)
+		}
+	}
+}
+
+// counterValue is the value of the counter family name with ip_family
+// family on reg ("": the series without labels; 0 when there is none).
+func counterValue(t *testing.T, reg prometheus.Gatherer, name, family string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if family == "" && len(m.GetLabel()) == 0 {
+				return m.GetCounter().GetValue()
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "ip_family" && l.GetValue() == family {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func sumCounts(c map[string]int) int {

@@ -35,6 +35,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/ipvsstats"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sizing"
 	"github.com/ipvsproxy/ipvsproxy/sync"
@@ -89,6 +90,10 @@ func Run(ctx context.Context, o *Options) error {
 	kernel.IPSet = setup.ipset
 	if setup.table == nil {
 		startCanaryMonitor(ctx, reg, setup.rules)
+	} else {
+		gen := &nftrules.GenerationReader{}
+		defer func() { _ = gen.Close() }()
+		startTableMonitor(ctx, reg, setup.table, gen.Generation, setup.onTableFail)
 	}
 	klog.InfoS("Starting ipvsproxy", "version", version, "node", nodeName, "ipv6", v6,
 		"scheduler", o.Scheduler, "syncPeriod", o.SyncPeriod, "minSyncPeriod", o.MinSyncPeriod)
@@ -156,16 +161,17 @@ func prepareKernel(o *Options, kernel owned.Kernel) error {
 // Node for --detect-local-mode=NodeCIDR).
 func newNodeSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics *sync.Metrics, client kubernetes.Interface, nodeName string) (*nodeSetup, bool, error) {
 	if o.RulesBackend == RulesBackendNFTables {
-		return newTableSetup(ctx, o, kernel, client, nodeName)
+		return newTableSetup(ctx, o, kernel, metrics, client, nodeName)
 	}
 	backend, err := proxyIPTablesBackend(o)
 	if err != nil {
 		return nil, false, err
 	}
 	v6 := ipv6Usable(backend)
+	removeTable := countingFailures(removeNFTablesBackend, func() { metrics.NFTablesFailed(metrics.NFTablesCleanupFailures, v6) })
 	setup := &nodeSetup{dummy: kernel.Dummy, ipset: kernel.IPSet, sets: owned.Sets(true, v6),
 		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() },
-		retire: &afterFirstPass{what: "the nftables table", do: removeNFTablesBackend}}
+		retire: &afterFirstPass{what: "the nftables table", do: removeTable}}
 	detector, err := localDetector(ctx, o, client, nodeName)
 	if err != nil {
 		return nil, false, err

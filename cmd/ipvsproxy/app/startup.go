@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvsproxy/ipvsproxy/iptables"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/sysctl"
 )
 
@@ -38,5 +39,23 @@ func startCanaryMonitor(ctx context.Context, reg prometheus.Registerer, rules []
 	})
 	reg.MustRegister(restores)
 	m := &iptables.Monitor{Syncers: rules, Interval: canaryPollInterval, OnRestore: func(iptables.Family) { restores.Inc() }}
+	go m.Run(ctx)
+}
+
+// startTableMonitor is startCanaryMonitor for the nftables backend: it
+// restores the table's chains and rules within about a second after
+// another program changed them (nft flush ruleset, a firewall reload),
+// counting each repair in ipvsproxy_nftables_table_restores_total and
+// each failed one as a sync failure. Each look reads nf_tables'
+// generation, one netlink round trip; the structure is read only after
+// it changed (nftrules/monitor.go).
+func startTableMonitor(ctx context.Context, reg prometheus.Registerer, table nftrules.Syncer, gen func() (uint32, error), onFail func()) {
+	restores := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipvsproxy_nftables_table_restores_total",
+		Help: "Times the nftables table's chains and rules were restored after another program removed or changed them (firewall reload, nft flush), between periodic passes.",
+	})
+	reg.MustRegister(restores)
+	m := &nftrules.Monitor{Table: table, Generation: gen, Interval: canaryPollInterval,
+		OnRestore: restores.Inc, OnFailure: onFail}
 	go m.Run(ctx)
 }
