@@ -12,7 +12,10 @@ import (
 // request, one per datagram received. (vishvananda/netlink's sockets are
 // non-blocking and go through the runtime poller, which costs several
 // system calls per datagram where system calls are slow.)
-type fdSocket struct{ fd int }
+type fdSocket struct {
+	fd     int
+	rcvBuf int // SO_RCVBUF as the kernel set it, for pipelined writes
+}
 
 func dialFD(cfg Config) (Socket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, cfg.Protocol)
@@ -40,8 +43,13 @@ func dialFD(cfg Config) (Socket, error) {
 	if cfg.StrictCheck {
 		_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1)
 	}
-	return &fdSocket{fd: fd}, nil
+	rcvBuf, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	return &fdSocket{fd: fd, rcvBuf: rcvBuf}, nil
 }
+
+// RcvBufSize is the receive buffer the kernel charges queued replies
+// against (its truesize accounting), which bounds a pipelined batch.
+func (s *fdSocket) RcvBufSize() int { return s.rcvBuf }
 
 func (s *fdSocket) Send(b []byte) error {
 	return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})

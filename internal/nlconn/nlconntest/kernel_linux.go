@@ -22,7 +22,9 @@ import (
 // 0 over the Conn's life, across sockets) sent with sequence number seq
 // and serialized as req: each element a datagram ([]byte) or an error
 // the receive returns (unix.EINTR, unix.ENOBUFS). When the script runs
-// out, receives time out (EAGAIN), as with SO_RCVTIMEO.
+// out, receives time out (EAGAIN), as with SO_RCVTIMEO. A datagram of
+// several messages (a pipelined batch) is several requests, answered
+// one after the other, as the kernel's netlink_rcv_skb does.
 type Answer func(n int, seq uint32, req []byte) []any
 
 // Kernel counts what the Conn did with its sockets.
@@ -30,10 +32,14 @@ type Kernel struct {
 	t      testing.TB
 	answer Answer
 
-	mu      sync.Mutex
-	Reqs    [][]byte // every request sent, serialized
-	Dials   int      // sockets opened
-	Closes  int      // sockets closed
+	mu     sync.Mutex
+	Reqs   [][]byte // every request sent, serialized
+	Sends  int      // datagrams sent: one per request, or per pipelined batch
+	Dials  int      // sockets opened
+	Closes int      // sockets closed
+	// RcvBuf is the receive buffer the sockets report (0: they report
+	// none, and the Conn assumes the kernel's default).
+	RcvBuf  int
 	pending []any
 }
 
@@ -67,6 +73,13 @@ func (k *Kernel) ExpectRequests(text func(req []byte) string, want []string) {
 	}
 }
 
+// SendCount returns the datagrams sent: the round trips.
+func (k *Kernel) SendCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.Sends
+}
+
 // Counts returns requests sent, sockets opened and sockets closed.
 func (k *Kernel) Counts() (reqs, dials, closes int) {
 	k.mu.Lock()
@@ -86,12 +99,24 @@ func (s *socket) Send(b []byte) error {
 	if s.closed {
 		k.t.Error("send on a closed socket")
 	}
-	seq := binary.NativeEndian.Uint32(b[8:])
-	n := len(k.Reqs)
-	k.Reqs = append(k.Reqs, slices.Clone(b))
-	ans := k.answer(n, seq, b)
-	k.pending = append(k.pending, ans...)
+	k.Sends++
+	for len(b) >= unix.NLMSG_HDRLEN {
+		l := min(int(binary.NativeEndian.Uint32(b)), len(b))
+		req := b[:l]
+		seq := binary.NativeEndian.Uint32(req[8:])
+		n := len(k.Reqs)
+		k.Reqs = append(k.Reqs, slices.Clone(req))
+		k.pending = append(k.pending, k.answer(n, seq, req)...)
+		b = b[min((l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1), len(b)):]
+	}
 	return nil
+}
+
+// RcvBufSize reports Kernel.RcvBuf, as a real socket its SO_RCVBUF.
+func (s *socket) RcvBufSize() int {
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	return s.k.RcvBuf
 }
 
 func (s *socket) Recv(b []byte) (int, error) {
