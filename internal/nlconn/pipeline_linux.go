@@ -34,12 +34,6 @@ import (
 )
 
 const (
-	// MaxPipelined bounds the messages of one send. The acknowledgements
-	// of 256 writes are about 256 KiB of receive buffer (see ackCost);
-	// the writes are then 257 system calls instead of 512, and the
-	// per-send overhead is spread thin enough that larger batches would
-	// save little while holding the socket longer.
-	MaxPipelined = 256
 	// maxPipelineBytes bounds one send's datagram: the kernel copies it
 	// into one skb, and 64 KiB stays within what the default send buffer
 	// (net.core.wmem_default, 208 KiB) takes without blocking.
@@ -55,11 +49,6 @@ const (
 // on purpose: a batch cut too short costs a system call, one cut too
 // long loses acknowledgements.
 func ackCost(reqLen int) int { return 1024 + nlmsgAlign(reqLen) }
-
-// ErrAckLost is wrapped by the error of a pipelined request whose
-// acknowledgement never came: the receive buffer overflowed (ENOBUFS)
-// or the wait timed out. The kernel may or may not have applied it.
-var ErrAckLost = errors.New("no acknowledgement from the kernel; the request may or may not have been applied")
 
 // Acked is told the outcome of message i of a pipelined batch: nil when
 // the kernel acknowledged it, the kernel's errno (a unix.Errno) when it
