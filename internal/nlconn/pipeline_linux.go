@@ -168,25 +168,87 @@ func (c *Conn) sendBatch(s *session, chunk []byte, n int, acked Acked) {
 		return
 	}
 	p := pipeline{first: first, n: uint32(n), acked: acked}
+	slot := ackSlot(chunk)
 	for p.next < p.n {
-		m, err := s.sock.Recv(s.buf)
-		for errors.Is(err, unix.EINTR) {
-			m, err = s.sock.Recv(s.buf)
-		}
-		if err != nil {
+		if err := c.receiveAcks(s, &p, slot); err != nil {
 			_ = s.drop()
-			if errors.Is(err, unix.EAGAIN) {
-				err = fmt.Errorf("%w (%v)", ErrTimeout, c.cfg.Timeout)
-			}
 			p.lose(p.n, err)
 			return
 		}
-		if !p.datagram(s.buf[:m]) {
-			_ = s.drop()
-			p.lose(p.n, errors.New("malformed message"))
-			return
+	}
+}
+
+// multiReceiver is a Socket that reads several datagrams per system call
+// (recvmmsg).
+type multiReceiver interface {
+	RecvMulti(buf []byte, slot int, lens []int) (int, error)
+}
+
+// ackSlot is the room a multi-datagram receive gives each datagram:
+// enough for any acknowledgement of chunk's messages (the header, the
+// errno and the longest request echoed whole), and at least minAckSlot,
+// so that something else queued (a stale reply of several messages)
+// rarely gets cut. A datagram cut is reported, never misread.
+func ackSlot(chunk []byte) int {
+	longest := 0
+	for off := 0; off < len(chunk); {
+		l := nlmsgAlign(int(nl.NativeEndian().Uint32(chunk[off:])))
+		longest, off = max(longest, l), off+l
+	}
+	return max(nlmsgAlign(unix.NLMSG_HDRLEN+4+longest), minAckSlot)
+}
+
+// minAckSlot: 64 acknowledgements per receive in nlconn's 64 KiB buffer,
+// so a full batch of MaxPipelined costs 4 receives instead of 256.
+const minAckSlot = 1 << 10
+
+// receiveAcks reads what is queued for p: as many acknowledgements as
+// fit the session's buffer in one system call when the socket can, else
+// one datagram.
+func (c *Conn) receiveAcks(s *session, p *pipeline, slot int) error {
+	mr, ok := s.sock.(multiReceiver)
+	if !ok || slot > len(s.buf) {
+		m, err := retryEINTR(func() (int, error) { return s.sock.Recv(s.buf) })
+		if err != nil {
+			return c.receiveError(err)
+		}
+		return p.datagram(s.buf[:m])
+	}
+	if s.lens == nil {
+		s.lens = make([]int, MaxPipelined)
+	}
+	lens := s.lens[:min(int(p.n-p.next), len(s.buf)/slot, len(s.lens))]
+	got, err := retryEINTR(func() (int, error) { return mr.RecvMulti(s.buf, slot, lens) })
+	if err != nil {
+		return c.receiveError(err)
+	}
+	for i, l := range lens[:got] {
+		if l > slot {
+			return fmt.Errorf("a %d-byte reply does not fit its %d-byte slot", l, slot)
+		}
+		if err := p.datagram(s.buf[i*slot : i*slot+l]); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// retryEINTR repeats a receive a signal interrupted: with a socket
+// timeout set, the kernel does not restart it itself, and the Go
+// runtime signals its threads often (preemption).
+func retryEINTR(recv func() (int, error)) (int, error) {
+	n, err := recv()
+	for errors.Is(err, unix.EINTR) {
+		n, err = recv()
+	}
+	return n, err
+}
+
+func (c *Conn) receiveError(err error) error {
+	if errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("%w (%v)", ErrTimeout, c.cfg.Timeout)
+	}
+	return err
 }
 
 // pipeline follows the acknowledgements of one batch: messages first to
@@ -197,14 +259,14 @@ type pipeline struct {
 	acked    Acked
 }
 
-// datagram hands over the acknowledgements in b; false when b is
+// datagram hands over the acknowledgements in b; an error when b is
 // malformed. Messages of other requests (stale replies) are skipped.
-func (p *pipeline) datagram(b []byte) bool {
+func (p *pipeline) datagram(b []byte) error {
 	native := nl.NativeEndian()
 	for len(b) >= unix.NLMSG_HDRLEN {
 		l := int(native.Uint32(b))
 		if l < unix.NLMSG_HDRLEN || l > len(b) {
-			return false
+			return fmt.Errorf("malformed message (length %d of %d bytes)", l, len(b))
 		}
 		typ, seq := native.Uint16(b[4:]), native.Uint32(b[8:])
 		data := b[unix.NLMSG_HDRLEN:l]
@@ -227,7 +289,7 @@ func (p *pipeline) datagram(b []byte) bool {
 		}
 		p.next = j + 1
 	}
-	return true
+	return nil
 }
 
 // lose reports the messages from next up to (not including) end as

@@ -59,10 +59,33 @@ func (o *outcomes) reported(t *testing.T, n int) {
 	}
 }
 
+// connMaker opens a Conn on a scripted kernel.
+type connMaker func(nlconntest.Answer) (*nlconn.Conn, *nlconntest.Kernel)
+
+// inBothModes runs test with sockets that read many datagrams per
+// receive (recvmmsg, as the real ones) and with sockets that read one.
+func inBothModes(t *testing.T, test func(t *testing.T, newConn connMaker, multi bool)) {
+	for _, multi := range []bool{true, false} {
+		t.Run(map[bool]string{true: "recvmmsg", false: "recv"}[multi], func(t *testing.T) {
+			test(t, func(answer nlconntest.Answer) (*nlconn.Conn, *nlconntest.Kernel) {
+				c, k := nlconntest.New(t, answer)
+				k.NoRecvMulti = !multi
+				return c, k
+			}, multi)
+		})
+	}
+}
+
+func acking(_ int, seq uint32, _ []byte) []any { return []any{ack(seq, 0)} }
+
 // Ten requests go in one send; each gets its own acknowledgement, by
-// its own sequence number.
+// its own sequence number, all read in one receive where recvmmsg is.
 func TestPipelinedOneSend(t *testing.T) {
-	c, k := nlconntest.New(t, func(_ int, seq uint32, _ []byte) []any { return []any{ack(seq, 0)} })
+	inBothModes(t, testPipelinedOneSend)
+}
+
+func testPipelinedOneSend(t *testing.T, newConn connMaker, multi bool) {
+	c, k := newConn(acking)
 	var o outcomes
 	if err := c.ExecutePipelined(batch(10), o.acked); err != nil {
 		t.Fatal(err)
@@ -80,14 +103,21 @@ func TestPipelinedOneSend(t *testing.T) {
 	if k.SendCount() != 1 || len(k.Reqs) != 10 || len(seqs) != 10 {
 		t.Errorf("%d sends of %d messages with %d sequence numbers; want 1 of 10 with 10", k.SendCount(), len(k.Reqs), len(seqs))
 	}
+	if want := map[bool]int{true: 1, false: 10}[multi]; k.Recvs != want {
+		t.Errorf("%d receives, want %d", k.Recvs, want)
+	}
 }
 
 // A message the kernel refuses gets its errno and echo; the kernel goes
 // on with the next ones (netlink_rcv_skb), so do we. The answers may
 // come several to a datagram.
 func TestPipelinedFailureInTheMiddle(t *testing.T) {
+	inBothModes(t, testPipelinedFailureInTheMiddle)
+}
+
+func testPipelinedFailureInTheMiddle(t *testing.T, newConn connMaker, _ bool) {
 	echo := []byte("the request, echoed")
-	c, _ := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any {
+	c, _ := newConn(func(n int, seq uint32, _ []byte) []any {
 		if n == 4 {
 			errno := -int32(unix.EEXIST)
 			payload := binary.NativeEndian.AppendUint32(nil, uint32(errno))
@@ -123,7 +153,7 @@ func TestPipelinedBound(t *testing.T) {
 		{20, 8 << 10, 4}, // 6 KiB for acknowledgements of ~1 KiB each: 5 per send
 	} {
 		t.Run(fmt.Sprint(tc.n, "/", tc.rcvBuf), func(t *testing.T) {
-			c, k := nlconntest.New(t, func(_ int, seq uint32, _ []byte) []any { return []any{ack(seq, 0)} })
+			c, k := nlconntest.New(t, acking)
 			k.RcvBuf = tc.rcvBuf
 			if tc.rcvBuf == 0 {
 				k.RcvBuf = 4 << 20 // SO_RCVBUFFORCE'd: only MaxPipelined binds
@@ -158,33 +188,35 @@ func TestPipelinedLostAcks(t *testing.T) {
 		{"timeout", nil, nlconn.ErrTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, k := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any {
-				switch {
-				case n == 2:
-					return tc.lost
-				case n > 2 && n < 5:
-					return nil // dropped after the overflow
+			inBothModes(t, func(t *testing.T, newConn connMaker, _ bool) {
+				c, k := newConn(func(n int, seq uint32, _ []byte) []any {
+					switch {
+					case n == 2:
+						return tc.lost
+					case n > 2 && n < 5:
+						return nil // dropped after the overflow
+					}
+					return []any{ack(seq, 0)}
+				})
+				var o outcomes
+				if err := c.ExecutePipelined(batch(5), o.acked); err != nil {
+					t.Fatal(err)
 				}
-				return []any{ack(seq, 0)}
+				o.reported(t, 5)
+				for i, err := range o.errs {
+					lost := errors.Is(err, nlconn.ErrAckLost) && errors.Is(err, tc.cause)
+					if i < 2 && err != nil || i >= 2 && !lost {
+						t.Errorf("message %d: %v", i, err)
+					}
+				}
+				o = outcomes{}
+				if err := c.ExecutePipelined(batch(2), o.acked); err != nil || o.errs[0] != nil || o.errs[1] != nil {
+					t.Errorf("the next batch: %v, %v", err, o.errs)
+				}
+				if _, dials, closes := k.Counts(); dials != 2 || closes != 1 {
+					t.Errorf("%d dials, %d closes; want the socket replaced", dials, closes)
+				}
 			})
-			var o outcomes
-			if err := c.ExecutePipelined(batch(5), o.acked); err != nil {
-				t.Fatal(err)
-			}
-			o.reported(t, 5)
-			for i, err := range o.errs {
-				lost := errors.Is(err, nlconn.ErrAckLost) && errors.Is(err, tc.cause)
-				if i < 2 && err != nil || i >= 2 && !lost {
-					t.Errorf("message %d: %v", i, err)
-				}
-			}
-			o = outcomes{}
-			if err := c.ExecutePipelined(batch(2), o.acked); err != nil || o.errs[0] != nil || o.errs[1] != nil {
-				t.Errorf("the next batch: %v, %v", err, o.errs)
-			}
-			if _, dials, closes := k.Counts(); dials != 2 || closes != 1 {
-				t.Errorf("%d dials, %d closes; want the socket replaced", dials, closes)
-			}
 		})
 	}
 }
@@ -192,7 +224,11 @@ func TestPipelinedLostAcks(t *testing.T) {
 // Stale answers (another request's sequence number) are skipped; an
 // acknowledgement that skips one reports the skipped one lost.
 func TestPipelinedStaleAndSkipped(t *testing.T) {
-	c, _ := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any {
+	inBothModes(t, testPipelinedStaleAndSkipped)
+}
+
+func testPipelinedStaleAndSkipped(t *testing.T, newConn connMaker, _ bool) {
+	c, _ := newConn(func(n int, seq uint32, _ []byte) []any {
 		switch n {
 		case 0:
 			return []any{join(ack(seq-100, unix.EPERM), ack(seq, 0))}
@@ -211,10 +247,33 @@ func TestPipelinedStaleAndSkipped(t *testing.T) {
 	}
 }
 
+// A datagram too long for its slot of a multi-datagram receive (here a
+// stale reply of 2 KiB) is cut: the messages not yet answered are
+// reported lost, not misread, and the socket replaced.
+func TestPipelinedCutDatagram(t *testing.T) {
+	c, k := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any {
+		if n == 1 {
+			return []any{nlconntest.Msg(typData, 0, seq-100, make([]byte, 2048)), ack(seq, 0)}
+		}
+		return []any{ack(seq, 0)}
+	})
+	var o outcomes
+	if err := c.ExecutePipelined(batch(3), o.acked); err != nil {
+		t.Fatal(err)
+	}
+	o.reported(t, 3)
+	if o.errs[0] != nil || !errors.Is(o.errs[1], nlconn.ErrAckLost) || !strings.Contains(o.errs[1].Error(), "does not fit") {
+		t.Errorf("outcomes %v; want nil, then lost: cut", o.errs)
+	}
+	if _, _, closes := k.Counts(); closes != 1 {
+		t.Errorf("%d closes, want the socket replaced", closes)
+	}
+}
+
 // A buffer that is not a run of messages is refused before anything is
 // sent.
 func TestPipelinedMalformed(t *testing.T) {
-	c, k := nlconntest.New(t, func(_ int, seq uint32, _ []byte) []any { return []any{ack(seq, 0)} })
+	c, k := nlconntest.New(t, acking)
 	b := batch(3)
 	binary.NativeEndian.PutUint32(b[len(b)/3:], 4096)
 	var o outcomes
@@ -228,17 +287,19 @@ func TestPipelinedMalformed(t *testing.T) {
 
 // The real kernel (rtnetlink, no privilege needed): a request it refuses
 // in the middle of a batch (a message type past RTM_MAX: EOPNOTSUPP)
-// does not keep it from answering the ones after it, in one send.
+// does not keep it from answering the ones after it; 200 answers read
+// with recvmmsg arrive whole and in order.
 func TestRealSocketPipelined(t *testing.T) {
 	c, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	const n, bad = 200, 77
 	var b []byte
-	for i := range 5 {
+	for i := range n {
 		typ := unix.NLMSG_NOOP // acknowledged without a handler
-		if i == 2 {
+		if i == bad {
 			typ = 0x3fff // no such rtnetlink message type
 		}
 		b = append(b, nl.NewNetlinkRequest(typ, unix.NLM_F_ACK).Serialize()...)
@@ -247,13 +308,13 @@ func TestRealSocketPipelined(t *testing.T) {
 	if err := c.ExecutePipelined(b, o.acked); err != nil {
 		t.Fatal(err)
 	}
-	o.reported(t, 5)
+	o.reported(t, n)
 	for i, err := range o.errs {
-		if i == 2 && err != unix.EOPNOTSUPP || i != 2 && err != nil {
+		if i == bad && err != unix.EOPNOTSUPP || i != bad && err != nil {
 			t.Errorf("message %d: %v", i, err)
 		}
 	}
-	if len(o.echos[2]) < unix.NLMSG_HDRLEN {
-		t.Errorf("the refusal's echo: %x; want the request's header at least", o.echos[2])
+	if len(o.echos[bad]) < unix.NLMSG_HDRLEN {
+		t.Errorf("the refusal's echo: %x; want the request's header at least", o.echos[bad])
 	}
 }

@@ -37,10 +37,14 @@ type Kernel struct {
 	Sends  int      // datagrams sent: one per request, or per pipelined batch
 	Dials  int      // sockets opened
 	Closes int      // sockets closed
+	Recvs  int      // receive system calls: one per datagram, or per recvmmsg
 	// RcvBuf is the receive buffer the sockets report (0: they report
 	// none, and the Conn assumes the kernel's default).
-	RcvBuf  int
-	pending []any
+	RcvBuf int
+	// NoRecvMulti makes the sockets opened after it is set read one
+	// datagram per receive, as without recvmmsg.
+	NoRecvMulti bool
+	pending     []any
 }
 
 // New returns a Conn whose sockets talk to a Kernel following answer.
@@ -51,7 +55,10 @@ func New(t testing.TB, answer Answer) (*nlconn.Conn, *Kernel) {
 		defer k.mu.Unlock()
 		k.Dials++
 		k.pending = nil // a new socket has nothing queued
-		return &socket{k: k}, nil
+		if k.NoRecvMulti {
+			return &socket{k: k}, nil
+		}
+		return &multiSocket{socket{k: k}}, nil
 	})
 	return c, k
 }
@@ -112,6 +119,37 @@ func (s *socket) Send(b []byte) error {
 	return nil
 }
 
+// multiSocket reads several datagrams per receive, as recvmmsg does.
+type multiSocket struct{ socket }
+
+// RecvMulti hands over the datagrams queued, up to len(lens), the i-th
+// into buf[i*slot:]: a receive error is returned when it comes first,
+// else left for the next call, as recvmmsg with MSG_WAITFORONE does. A
+// datagram longer than slot is cut, its real length reported.
+func (s *multiSocket) RecvMulti(buf []byte, slot int, lens []int) (int, error) {
+	k := s.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Recvs++
+	n := 0
+	for n < len(lens) && len(k.pending) > 0 {
+		if _, isErr := k.pending[0].(error); isErr && n > 0 {
+			break
+		}
+		if d, ok := k.pending[0].([]byte); ok {
+			lens[n] = len(d)
+		}
+		if _, err := s.recvLocked(buf[n*slot : (n+1)*slot]); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, unix.EAGAIN
+	}
+	return n, nil
+}
+
 // RcvBufSize reports Kernel.RcvBuf, as a real socket its SO_RCVBUF.
 func (s *socket) RcvBufSize() int {
 	s.k.mu.Lock()
@@ -123,6 +161,12 @@ func (s *socket) Recv(b []byte) (int, error) {
 	k := s.k
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.Recvs++
+	return s.recvLocked(b)
+}
+
+func (s *socket) recvLocked(b []byte) (int, error) {
+	k := s.k
 	if s.closed {
 		k.t.Error("recv on a closed socket")
 	}
