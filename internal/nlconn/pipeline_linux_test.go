@@ -318,3 +318,37 @@ func TestRealSocketPipelined(t *testing.T) {
 		t.Errorf("the refusal's echo: %x; want the request's header at least", o.echos[bad])
 	}
 }
+
+// The real kernel again, with a receive buffer far too small for the
+// batch's acknowledgements (16 KiB): the batch is cut so that each
+// send's acknowledgements fit (ackCost holds against the kernel's own
+// accounting), and none is lost. Each is an error echoing a 300-byte
+// request, the largest acknowledgements a write gets.
+func TestRealSocketPipelinedSmallBuffer(t *testing.T) {
+	c, err := nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_ROUTE, RcvBuf: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rcvBuf, err := c.RcvBuf()
+	if err != nil || rcvBuf > 64<<10 {
+		t.Fatalf("SO_RCVBUF %d, %v; want a small one", rcvBuf, err)
+	}
+	const n = 300
+	var b []byte
+	for range n {
+		req := nl.NewNetlinkRequest(0x3fff, unix.NLM_F_ACK) // refused: EOPNOTSUPP, echoed
+		req.AddRawData(make([]byte, 300))
+		b = append(b, req.Serialize()...)
+	}
+	var o outcomes
+	if err := c.ExecutePipelined(b, o.acked); err != nil {
+		t.Fatal(err)
+	}
+	o.reported(t, n)
+	for i, err := range o.errs {
+		if err != unix.EOPNOTSUPP {
+			t.Fatalf("message %d of %d with SO_RCVBUF %d: %v", i, n, rcvBuf, err)
+		}
+	}
+}
