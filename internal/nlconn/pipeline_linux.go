@@ -283,9 +283,11 @@ func (p *pipeline) datagram(b []byte) error {
 		}
 		// The kernel answers in order: an acknowledgement past the next
 		// one expected means those between were dropped.
-		p.lose(j, errors.New("acknowledgement skipped"))
+		if j > p.next {
+			p.lose(j, errAckSkipped)
+		}
 		if len(data) < 4 {
-			p.lose(j+1, errors.New("short error message"))
+			p.lose(j+1, errShortAck)
 			continue
 		}
 		if errno := errnoOf(data); errno != 0 {
@@ -297,6 +299,11 @@ func (p *pipeline) datagram(b []byte) error {
 	}
 	return nil
 }
+
+var (
+	errAckSkipped = errors.New("acknowledgement skipped")
+	errShortAck   = errors.New("short error message")
+)
 
 // lose reports the messages from next up to (not including) end as
 // unacknowledged, because of why.
