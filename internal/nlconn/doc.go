@@ -1,7 +1,10 @@
 // Package nlconn is the netlink request/reply connection the kernel
 // adapters (ipvs, ipset, dummyif) send every write (Execute: one send
 // and one receive, into a reused buffer) and read every dump (Dump)
-// with.
+// with. Many writes can share a round trip (ExecutePipelined: up to
+// MaxPipelined requests in one send, their acknowledgements read by
+// recvmmsg, each message's outcome by its sequence number; see
+// pipeline_linux.go for what the kernel does with such a send).
 //
 // A full pass on a large node dumps 100,000 virtual servers, a million
 // real servers and sets of as many entries. The libraries the adapters
