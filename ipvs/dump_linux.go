@@ -54,7 +54,7 @@ func (h *Handle) WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer
 		return opError(verbWalkRealServers, vs, RealKey{}, "", err)
 	}
 	req := h.request(cmdGetDest, unix.NLM_F_DUMP)
-	req.AddData(serviceKeyAttr(vs))
+	req.RawData = appendServiceAttr(nil, VirtualServer{ServiceKey: vs}, false)
 	var fnErr error
 	err := h.dumps.Dump(req, reset, func(_ uint16, msg []byte) error {
 		rs, err := parseDestMsg(msg, family(vs.Address))
@@ -68,17 +68,6 @@ func (h *Handle) WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer
 		return fnErr
 	}
 	return opError(verbWalkRealServers, vs, RealKey{}, "", err)
-}
-
-// serviceKeyAttr is the IPVS_CMD_ATTR_SERVICE that names vs, as the
-// kernel's ip_vs_genl_parse_service wants it for a lookup.
-func serviceKeyAttr(vs ServiceKey) *nl.RtAttr {
-	a := nl.NewRtAttr(attrCmdService|int(nl.NLA_F_NESTED), nil)
-	a.AddRtAttr(svcAF, nl.Uint16Attr(family(vs.Address)))
-	a.AddRtAttr(svcProtocol, nl.Uint16Attr(uint16(vs.Protocol)))
-	a.AddRtAttr(svcAddr, vs.Address.AsSlice())
-	a.AddRtAttr(svcPort, binary.BigEndian.AppendUint16(nil, vs.Port))
-	return a
 }
 
 // nested returns the value of the first top-level attribute of a

@@ -100,7 +100,7 @@ func part(seq uint32, payload []byte, flags uint16) []byte {
 	return nlconntest.Part(testFamily, seq, payload, flags)
 }
 
-func scriptedHandle(t *testing.T, answer nlconntest.Answer) (*Handle, *nlconntest.Kernel) {
+func scriptedHandle(t testing.TB, answer nlconntest.Answer) (*Handle, *nlconntest.Kernel) {
 	c, k := nlconntest.New(t, answer)
 	return &Handle{family: testFamily, dumps: c, writes: c}, k
 }

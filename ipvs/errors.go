@@ -96,15 +96,18 @@ const (
 	verbWalkVirtualServers  = "WalkVirtualServers"
 	verbWalkRealServers     = "WalkRealServers"
 	verbAddRealServer       = "AddRealServer"
-	verbUpdateRealServer    = "UpdateRealServer"
-	verbDeleteRealServer    = "DeleteRealServer"
-	verbGetTimeouts         = "GetTimeouts"
-	verbSetTimeouts         = "SetTimeouts"
+	// VerbAddRealServers counts the Fake's batched sends (AddRealServers),
+	// one per nlconn.MaxPipelined real servers sent, as the Handle's.
+	VerbAddRealServers   = "AddRealServers"
+	verbUpdateRealServer = "UpdateRealServer"
+	verbDeleteRealServer = "DeleteRealServer"
+	verbGetTimeouts      = "GetTimeouts"
+	verbSetTimeouts      = "SetTimeouts"
 )
 
 var verbs = map[string]bool{
 	verbListVirtualServers: true, verbAddVirtualServer: true, verbUpdateVirtualServer: true,
-	verbDeleteVirtualServer: true, verbListRealServers: true, verbAddRealServer: true,
+	verbDeleteVirtualServer: true, verbListRealServers: true, verbAddRealServer: true, VerbAddRealServers: true,
 	verbUpdateRealServer: true, verbDeleteRealServer: true, verbGetTimeouts: true,
 	verbSetTimeouts: true, verbWalkVirtualServers: true, verbWalkRealServers: true,
 }

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/calls"
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // Fake is an in-memory IPVS for unit tests. It keeps the kernel's
@@ -24,7 +26,11 @@ import (
 // "ListRealServers", "AddRealServer", "UpdateRealServer",
 // "DeleteRealServer", "GetTimeouts", "SetTimeouts", "WalkVirtualServers",
 // "WalkRealServers". A walk counts once, as a List does: both are one
-// kernel dump.
+// kernel dump. AddRealServers counts as the Handle's sends: one
+// "AddRealServers" per nlconn.MaxPipelined real servers sent, and no
+// "AddRealServer"; Faults see each send as an "AddRealServers" call (a
+// fault fails every real server of the send) and each real server as an
+// "AddRealServer" call with Call.Batched set.
 //
 // A Fake is safe for concurrent use. The zero value is not usable; call
 // NewFake.
@@ -53,6 +59,8 @@ type Call struct {
 	Verb    string     // the Interface method name
 	Service ServiceKey // zero for ListVirtualServers, GetTimeouts, SetTimeouts
 	Real    RealKey    // zero unless the verb is about a real server
+	// Batched is set for the real servers of an AddRealServers call.
+	Batched bool
 }
 
 var _ Interface = (*Fake)(nil)
@@ -332,12 +340,53 @@ func (f *Fake) UpdateRealServer(vs ServiceKey, rs RealServer) error {
 	return f.putReal(verbUpdateRealServer, vs, rs)
 }
 
+// AddRealServers implements Interface: AddRealServer for each of reals
+// in turn, with its errors, counted as the Handle's sends (see Fake).
+func (f *Fake) AddRealServers(vs ServiceKey, reals []RealServer) []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	var sendErr error // a fault on the send fails all its real servers
+	sent := 0
+	for i, rs := range reals {
+		valid := validateReal(vs, rs) == nil // the Handle sends only these
+		if valid && sent%nlconn.MaxPipelined == 0 {
+			f.Inc(VerbAddRealServers)
+			sendErr = f.Check(VerbAddRealServers, Call{Verb: VerbAddRealServers, Service: vs})
+		}
+		c := Call{Verb: verbAddRealServer, Service: vs, Real: rs.RealKey, Batched: true}
+		err := f.Check(c.Verb, c)
+		if valid {
+			sent++
+			err = cmp.Or(sendErr, err)
+		}
+		if err != nil {
+			err = opError(c.Verb, vs, rs.RealKey, "", err)
+		} else {
+			err = f.putRealLocked(c.Verb, vs, rs)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(reals))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
 func (f *Fake) putReal(verb string, vs ServiceKey, rs RealServer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(Call{Verb: verb, Service: vs, Real: rs.RealKey}, ""); err != nil {
 		return err
 	}
+	return f.putRealLocked(verb, vs, rs)
+}
+
+// putRealLocked is putReal after the call was counted and checked for
+// faults; the caller holds f.mu.
+func (f *Fake) putRealLocked(verb string, vs ServiceKey, rs RealServer) error {
 	if err := validateReal(vs, rs); err != nil {
 		return opError(verb, vs, rs.RealKey, "", err)
 	}

@@ -153,6 +153,12 @@ type Interface interface {
 	// error, when vs does not exist). See the walk rules below.
 	WalkRealServers(vs ServiceKey, reset func(), fn func(RealServer) error) error
 	AddRealServer(vs ServiceKey, rs RealServer) error
+	// AddRealServers adds reals to vs in their order, as AddRealServer
+	// for each in turn would, in as few kernel round trips as it can
+	// (many requests per send). It returns nil when every one was
+	// written, else one error per real server (nil for those written),
+	// each the error AddRealServer would have returned.
+	AddRealServers(vs ServiceKey, reals []RealServer) []error
 	UpdateRealServer(vs ServiceKey, rs RealServer) error
 	DeleteRealServer(vs ServiceKey, rs RealKey) error
 

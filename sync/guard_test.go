@@ -15,6 +15,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -107,6 +108,8 @@ func (o serviceObjects) violations(calls []kernelCall) []string {
 				ok = o.vs[c.vs]
 			case "AddRealServer", "UpdateRealServer", "DeleteRealServer":
 				ok = o.reals[[2]any{c.vs, c.real}]
+			case ipvs.VerbAddRealServers: // a send; its real servers come as AddRealServer
+				ok = o.vs[c.vs]
 			}
 		case "dummyif":
 			if c.verb == dummyif.VerbAddAddress || c.verb == dummyif.VerbDeleteAddress {
@@ -133,24 +136,35 @@ type guardChange struct {
 	ipvs   string                                           // exact IPVS and address writes
 }
 
+// addSends counts the batched sends (AddRealServers) that add n real
+// servers to one virtual server.
+func addSends(w map[string]int, n int) {
+	if n > 0 {
+		w[ipvs.VerbAddRealServers] += (n + nlconn.MaxPipelined - 1) / nlconn.MaxPipelined
+	}
+}
+
 // minimalWrites is the writes by verb that take the kernel from old to
 // new and nothing more, when no object is shared with another service:
 // each object that appears, goes or changes, once; a deleted virtual
-// server takes its real servers with it.
+// server takes its real servers with it; a virtual server's new real
+// servers go in one batched add (AddRealServers) per nlconn.MaxPipelined.
 func minimalWrites(oldSt, newSt ServiceState) map[string]int {
 	w := map[string]int{}
 	vsCmp := func(a, b VirtualServerState) int { return compareServiceKey(a.VS.ServiceKey, b.VS.ServiceKey) }
 	realCmp := func(a, b ipvs.RealServer) int { return ipvs.CompareRealKeys(a.RealKey, b.RealKey) }
 	sorted.Walk(oldSt.VirtualServers, newSt.VirtualServers, vsCmp,
 		func(VirtualServerState) { w["DeleteVirtualServer"]++ },
-		func(n VirtualServerState) { w["AddVirtualServer"]++; w["AddRealServer"] += len(n.Reals) },
+		func(n VirtualServerState) { w["AddVirtualServer"]++; addSends(w, len(n.Reals)) },
 		func(o, n VirtualServerState) {
 			if !o.VS.Equal(n.VS) {
 				w["UpdateVirtualServer"]++
 			}
+			added := 0
+			defer func() { addSends(w, added) }()
 			sorted.Walk(o.Reals, n.Reals, realCmp,
 				func(ipvs.RealServer) { w["DeleteRealServer"]++ },
-				func(ipvs.RealServer) { w["AddRealServer"]++ },
+				func(ipvs.RealServer) { added++ },
 				func(o, n ipvs.RealServer) {
 					if o.Weight != n.Weight {
 						w["UpdateRealServer"]++
@@ -240,16 +254,16 @@ func TestGuardIncrementalChangeTouchesOnlyItsService(t *testing.T) {
 	// Each change is followed by the one that undoes it, so the shared
 	// node ends as it began.
 	changes := []guardChange{
-		{"endpoint added", c.keys[ep], objects(ep, 10), objects(ep, 11), "map[AddRealServer:1]"},
+		{"endpoint added", c.keys[ep], objects(ep, 10), objects(ep, 11), "map[AddRealServers:1]"},
 		{"endpoint removed", c.keys[ep], objects(ep, 11), objects(ep, 10), "map[DeleteRealServer:1]"},
 		{"service added", benchKey(added), gone, objects(added, 10),
-			"map[AddAddress:1 AddRealServer:10 AddVirtualServer:1]"},
+			"map[AddAddress:1 AddRealServers:1 AddVirtualServer:1]"},
 		{"service deleted", benchKey(added), objects(added, 10), gone,
 			"map[DeleteAddress:1 DeleteVirtualServer:1]"},
 		{"long-standing service deleted", c.keys[del], objects(del, 10), gone,
 			"map[DeleteAddress:1 DeleteVirtualServer:1]"},
 		{"long-standing service re-added", c.keys[del], gone, objects(del, 10),
-			"map[AddAddress:1 AddRealServer:10 AddVirtualServer:1]"},
+			"map[AddAddress:1 AddRealServers:1 AddVirtualServer:1]"},
 		{"session affinity on", c.keys[aff], objects(aff, 10), withAffinity(aff), "map[UpdateVirtualServer:1]"},
 		{"session affinity off", c.keys[aff], withAffinity(aff), objects(aff, 10), "map[UpdateVirtualServer:1]"},
 	}

@@ -119,8 +119,8 @@ func TestIncrementalTouchesOnlyTheChangedService(t *testing.T) {
 	// One endpoint more in service 500.
 	s, sl := manyService(500, 3)
 	e.apply(s, sl)
-	if got := k.writes(); fmt.Sprint(got) != "map[AddRealServer:1]" {
-		t.Errorf("adding one endpoint: writes %v, want one AddRealServer", got)
+	if got := k.writes(); fmt.Sprint(got) != "map[AddRealServers:1]" {
+		t.Errorf("adding one endpoint: writes %v, want one batched add (of one real server)", got)
 	}
 	if r := k.reads(); r != 0 {
 		t.Errorf("incremental sync listed the kernel %d times", r)
@@ -284,7 +284,7 @@ func TestRestartAdoptsKernelWithoutWrites(t *testing.T) {
 	// And the adopted records work incrementally: one change, one write.
 	k.ResetCounts()
 	restarted.apply(manyService(3, 4))
-	if got := fmt.Sprint(k.writes()); got != "map[AddRealServer:1]" {
+	if got := fmt.Sprint(k.writes()); got != "map[AddRealServers:1]" {
 		t.Errorf("after adoption, one endpoint added: %s", got)
 	}
 }
@@ -309,7 +309,7 @@ func TestFailedOpIsRetriedAndRecordStaysTrue(t *testing.T) {
 	if err := e.rec.Sync(key, e.want(key)); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if got := fmt.Sprint(k.writes()); got != "map[AddRealServer:1]" {
+	if got := fmt.Sprint(k.writes()); got != "map[AddRealServers:1]" {
 		t.Errorf("retry wrote %s; want only the op that failed", got)
 	}
 	// Failure to delete an address keeps it recorded (and referenced).

@@ -154,8 +154,8 @@ func TestRunnerRetriesFailedKeyWithBackoff(t *testing.T) {
 		fc.Step(10 * time.Millisecond) // the backoff: 10, 20, 40 ms
 		return strings.Contains(h.k.IPVS.String(), "-r 10.244.1.5:8080")
 	})
-	if n := h.k.IPVS.Count("AddRealServer"); n != 4 {
-		t.Errorf("AddRealServer called %d times, want 3 failures + 1 success", n)
+	if n := h.k.IPVS.Count(ipvs.VerbAddRealServers); n != 4 {
+		t.Errorf("the real server's add sent %d times, want 3 failures + 1 success", n)
 	}
 }
 

@@ -221,14 +221,29 @@ func (w *writer) addVS(key string, n VirtualServerState) (VirtualServerState, bo
 // addReals adds reals to vs in this node's order (realOrder) and returns
 // got with those the kernel accepted, sorted again by key as the record
 // keeps them.
+//
+// They go in one batched add (ipvs.AddRealServers: one round trip for up
+// to 256, where one each took a round trip): a new virtual server with k
+// endpoints costs 2 round trips, not k+1. The kernel applies the
+// messages of a batch in order, so its list of real servers ends in the
+// order one add after the other would have left it. Each real server's
+// answer is then settled as a lone add's was (addedReal); an existing
+// one's weight is restored after the batch rather than between two
+// adds, which changes nothing: updating a real server does not move it
+// in the list.
 func (w *writer) addReals(vs ipvs.VirtualServer, reals, got []ipvs.RealServer) ([]ipvs.RealServer, error) {
 	if len(reals) == 0 {
 		return got, nil
 	}
 	realOrder(w.node, vs, reals)
+	refused := w.kernel.IPVS.AddRealServers(vs.ServiceKey, reals)
 	var errs []error
-	for _, rs := range reals {
-		if err := w.addReal(vs.ServiceKey, rs); err != nil {
+	for i, rs := range reals {
+		var err error
+		if refused != nil {
+			err = refused[i]
+		}
+		if err := w.addedReal(vs.ServiceKey, rs, err); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -302,10 +317,11 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 	return got, errors.Join(errs...)
 }
 
-func (w *writer) addReal(k ipvs.ServiceKey, rs ipvs.RealServer) error {
-	err := w.kernel.IPVS.AddRealServer(k, rs)
+// addedReal settles the kernel's answer err to adding rs to k, and
+// observes it as one write: a real server that is there already
+// (typically a draining backend that came back) gets its weight back.
+func (w *writer) addedReal(k ipvs.ServiceKey, rs ipvs.RealServer, err error) error {
 	if ipvs.IsExist(err) {
-		// Typically a draining backend that came back: restore its weight.
 		w.drain.stop(k, rs.RealKey)
 		err = w.kernel.IPVS.UpdateRealServer(k, rs)
 		return w.observe("real_server", "update", err)

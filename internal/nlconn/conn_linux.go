@@ -89,6 +89,7 @@ type Socket interface {
 type session struct {
 	sock Socket
 	buf  []byte
+	lens []int // datagram lengths of a multi-datagram receive, made on first use
 }
 
 // Dial opens a Conn and its first socket, so a missing privilege or

@@ -1,7 +1,10 @@
 // Package nlconn is the netlink request/reply connection the kernel
 // adapters (ipvs, ipset, dummyif) send every write (Execute: one send
 // and one receive, into a reused buffer) and read every dump (Dump)
-// with.
+// with. Many writes can share a round trip (ExecutePipelined: up to
+// MaxPipelined requests in one send, their acknowledgements read by
+// recvmmsg, each message's outcome by its sequence number; see
+// pipeline_linux.go for what the kernel does with such a send).
 //
 // A full pass on a large node dumps 100,000 virtual servers, a million
 // real servers and sets of as many entries. The libraries the adapters
@@ -28,3 +31,15 @@ import "errors"
 // were lost, and it was not (or no longer) restarted. What the callback
 // received is incomplete or mixes two states of the table; drop it.
 var ErrDumpInterrupted = errors.New("netlink dump interrupted by concurrent changes; results would be inconsistent")
+
+// ErrAckLost is wrapped by the error of a pipelined request whose
+// acknowledgement never came: the receive buffer overflowed (ENOBUFS)
+// or the wait timed out. The kernel may or may not have applied it.
+var ErrAckLost = errors.New("no acknowledgement from the kernel; the request may or may not have been applied")
+
+// MaxPipelined bounds the messages of one send of ExecutePipelined. The
+// acknowledgements of 256 writes take about 256 KiB of receive buffer
+// (pipeline_linux.go); at that size the per-send cost is spread thin
+// enough that larger batches would save little while holding the socket
+// longer. Package ipvs's Fake counts its batched writes' sends by it.
+const MaxPipelined = 256

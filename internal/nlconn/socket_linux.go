@@ -12,7 +12,20 @@ import (
 // request, one per datagram received. (vishvananda/netlink's sockets are
 // non-blocking and go through the runtime poller, which costs several
 // system calls per datagram where system calls are slow.)
-type fdSocket struct{ fd int }
+type fdSocket struct {
+	fd     int
+	rcvBuf int // SO_RCVBUF as the kernel set it, for pipelined writes
+	// The headers RecvMulti hands recvmmsg, made on first use and kept.
+	hdrs []mmsghdr
+	iovs []unix.Iovec
+}
+
+// mmsghdr is struct mmsghdr: a message header and the length received.
+// Go pads it to its alignment as C does.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+}
 
 func dialFD(cfg Config) (Socket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, cfg.Protocol)
@@ -40,8 +53,13 @@ func dialFD(cfg Config) (Socket, error) {
 	if cfg.StrictCheck {
 		_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1)
 	}
-	return &fdSocket{fd: fd}, nil
+	rcvBuf, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	return &fdSocket{fd: fd, rcvBuf: rcvBuf}, nil
 }
+
+// RcvBufSize is the receive buffer the kernel charges queued replies
+// against (its truesize accounting), which bounds a pipelined batch.
+func (s *fdSocket) RcvBufSize() int { return s.rcvBuf }
 
 func (s *fdSocket) Send(b []byte) error {
 	return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
@@ -60,6 +78,36 @@ func (s *fdSocket) Recv(b []byte) (int, error) {
 		return 0, fmt.Errorf("a %d-byte message does not fit the %d-byte buffer", n, len(b))
 	}
 	return int(n), nil
+}
+
+// RecvMulti reads up to len(lens) datagrams in one recvmmsg(2), the
+// i-th into buf[i*slot:(i+1)*slot], its length into lens[i]: the
+// acknowledgements of a pipelined batch, all queued by the time the send
+// returned, cost one system call instead of one each. It waits (up to
+// the socket's timeout) for the first only (MSG_WAITFORONE). A datagram
+// longer than slot is reported with its real length (MSG_TRUNC), for the
+// caller to refuse.
+func (s *fdSocket) RecvMulti(buf []byte, slot int, lens []int) (int, error) {
+	n := len(lens)
+	if len(s.hdrs) < n {
+		s.hdrs, s.iovs = make([]mmsghdr, n), make([]unix.Iovec, n)
+	}
+	for i := range n {
+		s.iovs[i].Base = &buf[i*slot]
+		s.iovs[i].SetLen(slot)
+		s.hdrs[i] = mmsghdr{}
+		s.hdrs[i].hdr.Iov = &s.iovs[i]
+		s.hdrs[i].hdr.SetIovlen(1)
+	}
+	got, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[0])),
+		uintptr(n), unix.MSG_WAITFORONE|unix.MSG_TRUNC, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	for i := range int(got) {
+		lens[i] = int(s.hdrs[i].len)
+	}
+	return int(got), nil
 }
 
 func (s *fdSocket) Close() error { return unix.Close(s.fd) }

@@ -22,7 +22,9 @@ import (
 // 0 over the Conn's life, across sockets) sent with sequence number seq
 // and serialized as req: each element a datagram ([]byte) or an error
 // the receive returns (unix.EINTR, unix.ENOBUFS). When the script runs
-// out, receives time out (EAGAIN), as with SO_RCVTIMEO.
+// out, receives time out (EAGAIN), as with SO_RCVTIMEO. A datagram of
+// several messages (a pipelined batch) is several requests, answered
+// one after the other, as the kernel's netlink_rcv_skb does.
 type Answer func(n int, seq uint32, req []byte) []any
 
 // Kernel counts what the Conn did with its sockets.
@@ -30,11 +32,19 @@ type Kernel struct {
 	t      testing.TB
 	answer Answer
 
-	mu      sync.Mutex
-	Reqs    [][]byte // every request sent, serialized
-	Dials   int      // sockets opened
-	Closes  int      // sockets closed
-	pending []any
+	mu     sync.Mutex
+	Reqs   [][]byte // every request sent, serialized
+	Sends  int      // datagrams sent: one per request, or per pipelined batch
+	Dials  int      // sockets opened
+	Closes int      // sockets closed
+	Recvs  int      // receive system calls: one per datagram, or per recvmmsg
+	// RcvBuf is the receive buffer the sockets report (0: they report
+	// none, and the Conn assumes the kernel's default).
+	RcvBuf int
+	// NoRecvMulti makes the sockets opened after it is set read one
+	// datagram per receive, as without recvmmsg.
+	NoRecvMulti bool
+	pending     []any
 }
 
 // New returns a Conn whose sockets talk to a Kernel following answer.
@@ -45,7 +55,10 @@ func New(t testing.TB, answer Answer) (*nlconn.Conn, *Kernel) {
 		defer k.mu.Unlock()
 		k.Dials++
 		k.pending = nil // a new socket has nothing queued
-		return &socket{k: k}, nil
+		if k.NoRecvMulti {
+			return &socket{k: k}, nil
+		}
+		return &multiSocket{socket{k: k}}, nil
 	})
 	return c, k
 }
@@ -67,6 +80,13 @@ func (k *Kernel) ExpectRequests(text func(req []byte) string, want []string) {
 	}
 }
 
+// SendCount returns the datagrams sent: the round trips.
+func (k *Kernel) SendCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.Sends
+}
+
 // Counts returns requests sent, sockets opened and sockets closed.
 func (k *Kernel) Counts() (reqs, dials, closes int) {
 	k.mu.Lock()
@@ -86,18 +106,67 @@ func (s *socket) Send(b []byte) error {
 	if s.closed {
 		k.t.Error("send on a closed socket")
 	}
-	seq := binary.NativeEndian.Uint32(b[8:])
-	n := len(k.Reqs)
-	k.Reqs = append(k.Reqs, slices.Clone(b))
-	ans := k.answer(n, seq, b)
-	k.pending = append(k.pending, ans...)
+	k.Sends++
+	for len(b) >= unix.NLMSG_HDRLEN {
+		l := min(int(binary.NativeEndian.Uint32(b)), len(b))
+		req := b[:l]
+		seq := binary.NativeEndian.Uint32(req[8:])
+		n := len(k.Reqs)
+		k.Reqs = append(k.Reqs, slices.Clone(req))
+		k.pending = append(k.pending, k.answer(n, seq, req)...)
+		b = b[min((l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1), len(b)):]
+	}
 	return nil
+}
+
+// multiSocket reads several datagrams per receive, as recvmmsg does.
+type multiSocket struct{ socket }
+
+// RecvMulti hands over the datagrams queued, up to len(lens), the i-th
+// into buf[i*slot:]: a receive error is returned when it comes first,
+// else left for the next call, as recvmmsg with MSG_WAITFORONE does. A
+// datagram longer than slot is cut, its real length reported.
+func (s *multiSocket) RecvMulti(buf []byte, slot int, lens []int) (int, error) {
+	k := s.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Recvs++
+	n := 0
+	for n < len(lens) && len(k.pending) > 0 {
+		if _, isErr := k.pending[0].(error); isErr && n > 0 {
+			break
+		}
+		if d, ok := k.pending[0].([]byte); ok {
+			lens[n] = len(d)
+		}
+		if _, err := s.recvLocked(buf[n*slot : (n+1)*slot]); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, unix.EAGAIN
+	}
+	return n, nil
+}
+
+// RcvBufSize reports Kernel.RcvBuf, as a real socket its SO_RCVBUF.
+func (s *socket) RcvBufSize() int {
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	return s.k.RcvBuf
 }
 
 func (s *socket) Recv(b []byte) (int, error) {
 	k := s.k
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.Recvs++
+	return s.recvLocked(b)
+}
+
+func (s *socket) recvLocked(b []byte) (int, error) {
+	k := s.k
 	if s.closed {
 		k.t.Error("recv on a closed socket")
 	}
