@@ -60,6 +60,7 @@ const (
 //   - bitwise: NFTA_BITWISE_OP is always dumped (nft_bitwise_dump);
 //   - lookup: NFTA_LOOKUP_FLAGS is always dumped, NFTA_LOOKUP_SET_ID
 //     never (nft_lookup_dump);
+//   - registers: by the names nft_dump_register gives (dumpedRegister);
 //
 // and every other expression this package writes is dumped with the
 // attributes it was sent with.
@@ -98,5 +99,5 @@ func kernelDump(e expr.Any) (expr.Any, error) {
 	if err := expr.Unmarshal(fam, dumped, out); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return withDumpedRegisters(out), nil
 }

@@ -21,6 +21,8 @@ import (
 // What the kernel adds on read-back and the comparison ignores:
 //   - rule handles, positions and userdata (nft's comments): a rule is
 //     only its expressions;
+//   - register names: a 4-byte register on a 16-byte boundary is dumped
+//     by its 16-byte name (dumpedRegister);
 //   - expression attributes the kernel fills in (bitwise's NFTA_BITWISE_OP,
 //     lookup's NFTA_LOOKUP_FLAGS = 0) or does not dump (lookup's set id):
 //     each expression is compared as google/nftables encodes it, after
@@ -138,12 +140,78 @@ func sameBase(want, have *liveHook) bool {
 // the request-only fields cleared: two expressions are the same rule
 // part exactly when these bytes are equal.
 func canonicalExpr(e expr.Any) ([]byte, error) {
+	e = withDumpedRegisters(e)
 	if l, ok := e.(*expr.Lookup); ok {
-		c := *l
-		c.SetID = 0 // sent to name a set of the same batch; never dumped
-		e = &c
+		l.SetID = 0 // sent to name a set of the same batch; never dumped
 	}
 	return expr.Marshal(byte(nftables.TableFamilyINet), e)
+}
+
+// withDumpedRegisters is a copy of e (of the types this package writes)
+// with its registers named as the kernel dumps them.
+func withDumpedRegisters(e expr.Any) expr.Any {
+	r := dumpedRegister
+	switch x := e.(type) {
+	case *expr.Lookup:
+		c := *x
+		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
+		return &c
+	case *expr.Payload:
+		c := *x
+		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
+		return &c
+	case *expr.Meta:
+		c := *x
+		c.Register = r(x.Register)
+		return &c
+	case *expr.Cmp:
+		c := *x
+		c.Register = r(x.Register)
+		return &c
+	case *expr.Bitwise:
+		c := *x
+		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
+		return &c
+	case *expr.Ct:
+		c := *x
+		c.Register = r(x.Register)
+		return &c
+	case *expr.Fib:
+		c := *x
+		c.Register = r(x.Register)
+		return &c
+	case *expr.Immediate:
+		c := *x
+		c.Register = r(x.Register)
+		return &c
+	case *expr.Masq:
+		c := *x
+		c.RegProtoMin, c.RegProtoMax = r(x.RegProtoMin), r(x.RegProtoMax)
+		return &c
+	}
+	return e
+}
+
+// dumpedRegister is a register number as the kernel dumps it
+// (nft_dump_register): it keeps registers as 4-byte slots, so the
+// 16-byte NFT_REG_1..4 and the 4-byte NFT_REG32_00..15 name the same
+// storage, and a 4-byte register on a 16-byte boundary is dumped by its
+// 16-byte name — what is written as NFT_REG32_00 (8) reads back as
+// NFT_REG_1 (1), NFT_REG32_04 (12) as NFT_REG_2. Both sides of the
+// comparison are put in that form.
+func dumpedRegister(reg uint32) uint32 {
+	const (
+		reg32First = 8 // NFT_REG32_00
+		perReg     = 4 // NFT_REG_SIZE / NFT_REG32_SIZE
+	)
+	slot := reg * perReg // NFT_REG_VERDICT (0) and NFT_REG_1..4
+	if reg >= reg32First {
+		slot = reg - reg32First + perReg
+	}
+	if slot%perReg == 0 {
+		return slot / perReg
+	}
+	return slot - perReg + reg32First
 }
 
 // ruleBytes is a rule's expressions, canonical and concatenated.

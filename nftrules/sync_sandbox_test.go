@@ -21,9 +21,9 @@ import (
 
 // nft runs nft in the test's node namespace; script is one nft command
 // line (commands separated by ";").
-func nft(t *testing.T, script string) string {
+func nft(t *testing.T, args ...string) string {
 	t.Helper()
-	return sandboxtest.Run(t, "ip", "netns", "exec", sandboxNodeNS, "nft", script)
+	return sandboxtest.Run(t, "ip", append([]string{"netns", "exec", sandboxNodeNS, "nft"}, args...)...)
 }
 
 // lastRuleHandle is the handle of the last rule of one of our chains.
@@ -31,7 +31,7 @@ func lastRuleHandle(t *testing.T, chain string) string {
 	t.Helper()
 	m := regexp.MustCompile(`# handle (\d+)\s*$`)
 	handle := ""
-	for _, l := range strings.Split(nft(t, "-a list chain inet "+TableName+" "+chain), "\n") {
+	for _, l := range strings.Split(nft(t, "-a", "list chain inet "+TableName+" "+chain), "\n") {
 		if sub := m.FindStringSubmatch(l); sub != nil && !strings.Contains(l, "chain ") {
 			handle = sub[1]
 		}

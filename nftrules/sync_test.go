@@ -285,3 +285,15 @@ func BenchmarkDriftUnchanged(b *testing.B) {
 		}
 	}
 }
+
+// TestDumpedRegister: the kernel names a 4-byte register on a 16-byte
+// boundary by its 16-byte name when it dumps a rule (nft_dump_register;
+// found on 6.12: every rule written with NFT_REG32_00 read back with
+// NFT_REG_1, and Sync rewrote an intact table).
+func TestDumpedRegister(t *testing.T) {
+	for in, want := range map[uint32]uint32{0: 0, 1: 1, 4: 4, 8: 1, 9: 9, 11: 11, 12: 2, 13: 13, 16: 3, 20: 4, 23: 23} {
+		if got := dumpedRegister(in); got != want {
+			t.Errorf("register %d dumps as %d, want %d", in, got, want)
+		}
+	}
+}
