@@ -132,67 +132,17 @@ func TestFirewallReloadRestored(t *testing.T) {
 	if framework.NFTables() {
 		t.Skip("iptables only: the nftables counterpart is TestNFTablesFlushRestored")
 	}
-	proxyWith(t, "canary", "--ipvs-sync-period", "1h")
-	pods := startPods(t, "fw", 2, []int{8080}, nil)
-	c := startClient(t, "fw", "10.20.6.2")
-	ts := createService(t, namespace(t), "fw", pods, httpPort)
-	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
-	waitFirstPass(t)
-	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 4, pods)
-	before, err := natRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(before, ":KUBE-PROXY-CANARY ") || !strings.Contains(before, "-A KUBE-SERVICES ") {
-		t.Fatalf("nat table lacks the canary chain or KUBE-SERVICES rules before the test:\n%s", before)
-	}
-	passes, restores := metric(t, fullPassesMetric), metric(t, canaryRestoresMetric)
-	for _, args := range [][]string{{"-t", "nat", "-F", "KUBE-SERVICES"}, {"-t", "nat", "-X", "KUBE-PROXY-CANARY"}} {
-		if _, err := framework.Run("iptables", args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	broken := time.Now()
-	if now, _ := natRules(); now == before {
-		t.Fatalf("iptables -F/-X changed nothing (already repaired?):\n%s", now)
-	}
-	var last string
-	err = framework.Eventually(programTimeout, 50*time.Millisecond, func() error {
-		if last, err = natRules(); err != nil {
-			return err
-		}
-		if last != before {
-			return fmt.Errorf("nat table differs from before the flush")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("rules not restored: %v\nbefore:\n%s\nnow:\n%s", err, before, last)
-	}
-	t.Logf("FIGURE canary: nat rules restored %v after the flush", time.Since(broken).Round(time.Millisecond))
-	// The monitor counts the repair just after writing the rules, so the
-	// count may trail the restored table by a moment.
-	var after float64
-	if err := framework.Eventually(programTimeout, 50*time.Millisecond, func() error {
-		if after = metric(t, canaryRestoresMetric); after <= restores {
-			return fmt.Errorf("not counted yet")
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("ipvsproxy_iptables_canary_restores_total %v -> %v: the repair was not the canary monitor's", restores, after)
-	}
-	if now := metric(t, fullPassesMetric); now != passes {
-		t.Errorf("%v full passes ran during the test (sync period 1h): something queued a pass, so the repair is not attributable", now-passes)
-	}
-	expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
-	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 10, pods)
+	monitorRepair{name: "fw", monitor: "canary", restores: canaryRestoresMetric,
+		before: []string{":KUBE-PROXY-CANARY ", "-A KUBE-SERVICES "},
+		breakRules: func() error {
+			for _, args := range [][]string{{"-t", "nat", "-F", "KUBE-SERVICES"}, {"-t", "nat", "-X", "KUBE-PROXY-CANARY"}} {
+				if _, err := framework.Run("iptables", args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}.run(t)
 }
-
-// restoreTimeout bounds the table monitor's repair: it looks every
-// second, and a repair is one read and one transaction; the rest is slack
-// for a loaded 2-core host (and still far below the hour-long sync
-// period, so no full pass can be the one that repairs).
-const restoreTimeout = 15 * time.Second
 
 // The nftables counterpart of TestFirewallReloadRestored: `nft flush
 // table inet ipvsproxy` (every chain emptied, the sets kept) and a base
@@ -204,10 +154,34 @@ func TestNFTablesFlushRestored(t *testing.T) {
 	if !framework.NFTables() {
 		t.Skip("nftables only: the iptables counterpart is TestFirewallReloadRestored")
 	}
-	proxyWith(t, "nftmonitor", "--ipvs-sync-period", "1h")
-	pods := startPods(t, "nftfw", 2, []int{8080}, nil)
-	c := startClient(t, "nftfw", "10.20.6.2")
-	ts := createService(t, namespace(t), "nftfw", pods, httpPort)
+	table := "inet " + framework.NFTTable
+	monitorRepair{name: "nftfw", monitor: "nftables monitor", restores: tableRestoresMetric,
+		before: []string{"services: ", "postrouting: "},
+		breakRules: func() error {
+			_, err := framework.Run("nft", "flush table "+table+" ; delete chain "+table+" nat-output")
+			return err
+		}}.run(t)
+}
+
+// monitorRepair is the test of a rules monitor (the canary monitor of
+// the iptables backend, the table monitor of the nftables one): another
+// program breaks the rules, and the monitor — not a full pass, the sync
+// period is an hour — puts them back as they were, counts it, and a
+// ClusterIP answers again from the node and from a client outside the
+// cluster (whose traffic needs the masquerade rules).
+type monitorRepair struct {
+	name       string   // of the pods, client and service
+	monitor    string   // for the messages
+	restores   string   // the monitor's repair counter
+	before     []string // what the rules hold before they are broken
+	breakRules func() error
+}
+
+func (m monitorRepair) run(t *testing.T) {
+	proxyWith(t, m.name+"-monitor", "--ipvs-sync-period", "1h")
+	pods := startPods(t, m.name, 2, []int{8080}, nil)
+	c := startClient(t, m.name, "10.20.6.2")
+	ts := createService(t, namespace(t), m.name, pods, httpPort)
 	waitKernel(t, programTimeout, "service programmed", ts.kernelMatches)
 	waitFirstPass(t)
 	expectAllAnswer(t, c.GetTCP, ts.VIP, 80, 4, pods)
@@ -215,40 +189,43 @@ func TestNFTablesFlushRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(before, "services: ") || !strings.Contains(before, "postrouting: ") {
-		t.Fatalf("table inet %s lacks its services or postrouting rules before the test:\n%s", framework.NFTTable, before)
+	for _, want := range m.before {
+		if !strings.Contains(before, want) {
+			t.Fatalf("the rules lack %q before the test:\n%s", want, before)
+		}
 	}
-	passes, restores := metric(t, fullPassesMetric), metric(t, tableRestoresMetric)
-	table := "inet " + framework.NFTTable
-	if _, err := framework.Run("nft", "flush table "+table+" ; delete chain "+table+" nat-output"); err != nil {
+	passes, restores := metric(t, fullPassesMetric), metric(t, m.restores)
+	if err := m.breakRules(); err != nil {
 		t.Fatal(err)
 	}
-	// No look at the broken table here: the monitor may have repaired it
-	// already (one netlink read a second). That the flush broke it and
-	// the monitor repaired it is the restores counter's move, below.
+	// No look at the broken rules: the monitor may have repaired them
+	// already. That they broke and the monitor repaired them is its
+	// counter's move, below.
 	broken := time.Now()
 	var last string
-	err = framework.Eventually(restoreTimeout, 50*time.Millisecond, func() error {
+	err = framework.Eventually(programTimeout, 50*time.Millisecond, func() error {
 		if last, err = natRules(); err != nil {
 			return err
 		}
 		if last != before {
-			return fmt.Errorf("table rules differ from before the flush")
+			return fmt.Errorf("the rules differ from before they were broken")
 		}
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("rules not restored within %v: %v\nbefore:\n%s\nnow:\n%s", restoreTimeout, err, before, last)
+		t.Fatalf("rules not restored: %v\nbefore:\n%s\nnow:\n%s", err, before, last)
 	}
-	t.Logf("FIGURE nftables monitor: table rules restored %v after the flush", time.Since(broken).Round(time.Millisecond))
+	t.Logf("FIGURE %s: rules restored %v after they were broken", m.monitor, time.Since(broken).Round(time.Millisecond))
+	// The monitor counts the repair just after writing the rules, so the
+	// count may trail the restored rules by a moment.
 	var after float64
-	if err := framework.Eventually(restoreTimeout, 50*time.Millisecond, func() error {
-		if after = metric(t, tableRestoresMetric); after <= restores {
+	if err := framework.Eventually(programTimeout, 50*time.Millisecond, func() error {
+		if after = metric(t, m.restores); after <= restores {
 			return fmt.Errorf("not counted yet")
 		}
 		return nil
 	}); err != nil {
-		t.Errorf("%s %v -> %v: the repair was not the table monitor's", tableRestoresMetric, restores, after)
+		t.Errorf("%s %v -> %v: the repair was not the %s's", m.restores, restores, after, m.monitor)
 	}
 	if now := metric(t, fullPassesMetric); now != passes {
 		t.Errorf("%v full passes ran during the test (sync period 1h): something queued a pass, so the repair is not attributable", now-passes)

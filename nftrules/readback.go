@@ -3,7 +3,9 @@ package nftrules
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -147,49 +149,25 @@ func canonicalExpr(e expr.Any) ([]byte, error) {
 	return expr.Marshal(byte(nftables.TableFamilyINet), e)
 }
 
-// withDumpedRegisters is a copy of e (of the types this package writes)
-// with its registers named as the kernel dumps them.
+// withDumpedRegisters is a copy of e with its registers — its uint32
+// fields named *Reg* (Register, SourceRegister, DestRegister,
+// RegProtoMin, …) in google/nftables' expression types — named as the
+// kernel dumps them.
 func withDumpedRegisters(e expr.Any) expr.Any {
-	r := dumpedRegister
-	switch x := e.(type) {
-	case *expr.Lookup:
-		c := *x
-		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
-		return &c
-	case *expr.Payload:
-		c := *x
-		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
-		return &c
-	case *expr.Meta:
-		c := *x
-		c.Register = r(x.Register)
-		return &c
-	case *expr.Cmp:
-		c := *x
-		c.Register = r(x.Register)
-		return &c
-	case *expr.Bitwise:
-		c := *x
-		c.SourceRegister, c.DestRegister = r(x.SourceRegister), r(x.DestRegister)
-		return &c
-	case *expr.Ct:
-		c := *x
-		c.Register = r(x.Register)
-		return &c
-	case *expr.Fib:
-		c := *x
-		c.Register = r(x.Register)
-		return &c
-	case *expr.Immediate:
-		c := *x
-		c.Register = r(x.Register)
-		return &c
-	case *expr.Masq:
-		c := *x
-		c.RegProtoMin, c.RegProtoMax = r(x.RegProtoMin), r(x.RegProtoMax)
-		return &c
+	v := reflect.ValueOf(e)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return e
 	}
-	return e
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	for _, f := range reflect.VisibleFields(c.Elem().Type()) {
+		if f.Anonymous || !f.IsExported() || f.Type.Kind() != reflect.Uint32 || !strings.Contains(f.Name, "Reg") {
+			continue
+		}
+		fv := c.Elem().FieldByIndex(f.Index)
+		fv.SetUint(uint64(dumpedRegister(uint32(fv.Uint()))))
+	}
+	return c.Interface().(expr.Any)
 }
 
 // dumpedRegister is a register number as the kernel dumps it

@@ -297,3 +297,25 @@ func TestDumpedRegister(t *testing.T) {
 		}
 	}
 }
+
+// TestWithDumpedRegisters: every register field of the expressions this
+// package writes is renamed, nothing else changes, the original stays.
+func TestWithDumpedRegisters(t *testing.T) {
+	payload := &expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}
+	got := withDumpedRegisters(payload).(*expr.Payload)
+	if got.DestRegister != 1 || got.Offset != 16 || got.Len != 4 || payload.DestRegister != 8 {
+		t.Errorf("payload: got %+v from %+v", got, payload)
+	}
+	lookup := withDumpedRegisters(&expr.Lookup{SourceRegister: 12, SetName: "s", SetID: 7}).(*expr.Lookup)
+	if lookup.SourceRegister != 2 || lookup.SetID != 7 || lookup.SetName != "s" {
+		t.Errorf("lookup: %+v", lookup)
+	}
+	masq := withDumpedRegisters(&expr.Masq{RegProtoMin: 8, RegProtoMax: 9}).(*expr.Masq)
+	if masq.RegProtoMin != 1 || masq.RegProtoMax != 9 {
+		t.Errorf("masq: %+v", masq)
+	}
+	meta := withDumpedRegisters(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 16, SourceRegister: true}).(*expr.Meta)
+	if meta.Register != 3 || !meta.SourceRegister || meta.Key != expr.MetaKeyL4PROTO {
+		t.Errorf("meta: %+v", meta)
+	}
+}
