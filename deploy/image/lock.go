@@ -117,20 +117,10 @@ func resolve(index map[string]indexEntry, roots []string) ([]string, error) {
 		seen[name] = true
 		for _, field := range []string{e.Paragraph["Pre-Depends"], e.Paragraph["Depends"]} {
 			for _, alts := range depNames(field) {
-				pick := ""
-				for _, a := range alts {
-					if _, excluded := Excluded[a]; excluded {
-						pick = "-"
-						break
-					}
-					if _, ok := index[a]; ok {
-						pick = a
-						break
-					}
-				}
-				switch pick {
-				case "-":
-				case "":
+				pick, excluded := pickDependency(alts, func(a string) bool { _, ok := index[a]; return ok })
+				switch {
+				case excluded:
+				case pick == "":
 					return nil, fmt.Errorf("%s depends on %s, which the index does not have: add it to Excluded if nothing at run time needs it", name, strings.Join(alts, " | "))
 				default:
 					queue = append(queue, pick)
@@ -242,4 +232,19 @@ func releaseSHA256(release []byte, name string) string {
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// pickDependency is the alternative of a dependency ("a | b") that goes
+// in: the first one has reports, unless an Excluded one comes before it
+// (then nothing goes in: excluded); "" when there is none.
+func pickDependency(alts []string, has func(string) bool) (pick string, excluded bool) {
+	for _, a := range alts {
+		if _, ex := Excluded[a]; ex {
+			return "", true
+		}
+		if has(a) {
+			return a, false
+		}
+	}
+	return "", false
 }

@@ -96,20 +96,10 @@ func selectPins(pins []Pin, arch string, v Variant, control func(Pin) (Paragraph
 		}
 		for _, field := range []string{c["Pre-Depends"], c["Depends"]} {
 			for _, alts := range depNames(field) {
-				pick := ""
-				for _, a := range alts {
-					if _, excluded := Excluded[a]; excluded {
-						pick = "-"
-						break
-					}
-					if _, ok := byName[a]; ok {
-						pick = a
-						break
-					}
-				}
-				switch pick {
-				case "-":
-				case "":
+				pick, excluded := pickDependency(alts, func(a string) bool { _, ok := byName[a]; return ok })
+				switch {
+				case excluded:
+				case pick == "":
 					return nil, fmt.Errorf("variant %s: %s depends on %s, which the lock has not for %s: run `make image-lock`", v.Name, name, strings.Join(alts, " | "), arch)
 				default:
 					queue = append(queue, pick)
