@@ -12,6 +12,7 @@ const (
 	VerbDeleteElements = "DeleteElements"
 	VerbListElements   = "ListElements"
 	VerbDeleteTable    = "DeleteTable"
+	VerbDrift          = "Drift"
 )
 
 // Call describes one Fake call, for its Faults: the verb, the ipset name
@@ -45,7 +46,7 @@ func NewFake(cfg Config) (*Fake, error) {
 		return nil, err
 	}
 	f := &Fake{w: w, kernel: k}
-	f.Verbs(VerbSync, VerbAddElements, VerbDeleteElements, VerbListElements, VerbDeleteTable)
+	f.Verbs(VerbSync, VerbAddElements, VerbDeleteElements, VerbListElements, VerbDeleteTable, VerbDrift)
 	return f, nil
 }
 
@@ -61,6 +62,15 @@ func (f *Fake) Sync() (bool, error) {
 		return false, err
 	}
 	return f.w.Sync()
+}
+
+// Drift is Netlink's Drift on the fake kernel; a fault fails it before
+// the read.
+func (f *Fake) Drift() ([]Drift, error) {
+	if err := f.begin(VerbDrift, "", nil); err != nil {
+		return nil, err
+	}
+	return f.w.Drift()
 }
 
 // HasSynced reports whether a Sync succeeded (see Monitor).
@@ -96,6 +106,19 @@ func (f *Fake) DeleteTable() error {
 		return err
 	}
 	return f.w.DeleteTable()
+}
+
+// FlushChain empties one of the table's chains as `nft flush chain inet
+// ipvsproxy <chain>` would: a hand edit outside the writer, for tests of
+// what sees or repairs it. It is not counted.
+func (f *Fake) FlushChain(chain string) error {
+	return f.kernel.commit([]op{opFlushChain{chain}})
+}
+
+// AppendAccept appends a foreign rule, a bare accept, to a chain, as
+// `nft add rule inet ipvsproxy <chain> accept` would (see FlushChain).
+func (f *Fake) AppendAccept(chain string) error {
+	return f.kernel.commit([]op{opAddRule{chain, rule{accept}}})
 }
 
 // String is the `nft list table inet ipvsproxy` text ("" without a table).

@@ -224,31 +224,31 @@ func wantedRules(t tableSpec) (map[string][][]byte, error) {
 }
 
 // drift is what differs between the wanted structure and the table
-// read; none is an empty list. Each entry is a short phrase for the log.
-func drift(want tableSpec, wantRules map[string][][]byte, have *liveTable) ([]string, error) {
+// read; none is an empty list. Sync logs it, Drift returns it.
+func drift(want tableSpec, wantRules map[string][][]byte, have *liveTable) ([]Drift, error) {
 	if have == nil {
-		return []string{"table absent"}, nil
+		return []Drift{{Op: DriftMissing, Object: "table inet " + TableName}}, nil
 	}
-	var out []string
+	var out []Drift
 	for _, s := range want.sets {
 		switch got := have.set(s.name); {
 		case got == nil:
-			out = append(out, "set "+s.name+" missing")
+			out = append(out, Drift{Op: DriftMissing, Object: setObject(s.name)})
 		case *got != wantSet(s):
-			out = append(out, "set "+s.name+" declared differently")
+			out = append(out, Drift{DriftChanged, setObject(s.name), "declared differently"})
 		}
 	}
 	for _, c := range want.chains {
 		got := have.chain(c.name)
 		switch {
 		case got == nil:
-			out = append(out, "chain "+c.name+" missing")
+			out = append(out, Drift{Op: DriftMissing, Object: chainObject(c.name)})
 			continue
 		case !sameBase(wantHook(c.hook), got.hook):
-			out = append(out, "chain "+c.name+" has another type, hook or priority")
+			out = append(out, Drift{DriftChanged, chainObject(c.name), "another type, hook or priority"})
 			continue
 		case c.hook != nil && got.hook.policy != nftables.ChainPolicyAccept:
-			out = append(out, "chain "+c.name+" has another policy")
+			out = append(out, Drift{DriftChanged, chainObject(c.name), "another policy"})
 		}
 		d, err := ruleDrift(c.name, wantRules[c.name], got.rules)
 		if err != nil {
@@ -258,16 +258,16 @@ func drift(want tableSpec, wantRules map[string][][]byte, have *liveTable) ([]st
 	}
 	for _, c := range have.chains {
 		if !slices.ContainsFunc(want.chains, func(w chainSpec) bool { return w.name == c.name }) {
-			out = append(out, "chain "+c.name+" is not ours")
+			out = append(out, Drift{Op: DriftExtra, Object: chainObject(c.name)})
 		}
 	}
 	return out, nil
 }
 
 // ruleDrift compares a chain's rules in order.
-func ruleDrift(chain string, want [][]byte, have [][]expr.Any) ([]string, error) {
+func ruleDrift(chain string, want [][]byte, have [][]expr.Any) ([]Drift, error) {
 	if len(have) != len(want) {
-		return []string{fmt.Sprintf("chain %s has %d rules, want %d", chain, len(have), len(want))}, nil
+		return []Drift{{DriftChanged, chainObject(chain), fmt.Sprintf("%d rules, want %d", len(have), len(want))}}, nil
 	}
 	for i, r := range have {
 		b, err := ruleBytes(r)
@@ -275,7 +275,7 @@ func ruleDrift(chain string, want [][]byte, have [][]expr.Any) ([]string, error)
 			return nil, fmt.Errorf("chain %s: encode a rule read back: %w", chain, err)
 		}
 		if !bytes.Equal(b, want[i]) {
-			return []string{fmt.Sprintf("chain %s rule %d differs", chain, i+1)}, nil
+			return []Drift{{DriftChanged, chainObject(chain), fmt.Sprintf("rule %d differs", i+1)}}, nil
 		}
 	}
 	return nil, nil

@@ -3,7 +3,6 @@ package nftrules
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -86,7 +85,7 @@ func (w *writer) Sync() (bool, error) {
 		return false, fmt.Errorf("nftrules: compare table %s: %w", TableName, err)
 	}
 	if len(diff) > 0 {
-		klog.V(2).InfoS("nftables: writing the table's structure", "table", "inet "+TableName, "drift", strings.Join(diff, "; "))
+		klog.V(2).InfoS("nftables: writing the table's structure", "table", "inet "+TableName, "drift", driftText(diff))
 		if err := w.be.commit(repairOps(w.layout, have)); err != nil {
 			return false, fmt.Errorf("nftrules: write table %s: %w", TableName, err)
 		}
