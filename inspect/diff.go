@@ -10,6 +10,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -26,7 +27,7 @@ const (
 // `ipvsadm -Sn` line, an `ipset save` add line, an address.
 type Line struct {
 	Op     string `json:"op"`
-	Object string `json:"object"` // link, virtual_server, real_server, address, set, set_entry, iptables
+	Object string `json:"object"` // link, virtual_server, real_server, address, set, set_entry, iptables, nftables
 	Text   string `json:"line"`
 	Kernel string `json:"kernel,omitempty"` // with OpChanged: the kernel's line
 }
@@ -44,7 +45,7 @@ func (l Line) String() string {
 
 // Diff is every difference between desired and actual state, in a stable
 // order: the link, virtual servers (each followed by its real servers),
-// addresses, sets, set entries, iptables rules.
+// addresses, sets, set entries, iptables rules or the nftables table.
 type Diff struct {
 	Lines []Line
 }
@@ -199,6 +200,24 @@ func RuleLines(drift []iptables.Drift) []Line {
 			l.Op = OpExtra
 		case iptables.DriftOrder:
 			l.Op, l.Kernel = OpChanged, "the same rules in another order"
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// TableLines turns the nftables table's drift into diff lines, as
+// RuleLines the iptables rules': the table, chain or set as nft names
+// it, and with OpChanged how the kernel's differs.
+func TableLines(drift []nftrules.Drift) []Line {
+	lines := make([]Line, 0, len(drift))
+	for _, d := range drift {
+		l := Line{Op: OpMissing, Object: "nftables", Text: d.Object}
+		switch d.Op {
+		case nftrules.DriftExtra:
+			l.Op = OpExtra
+		case nftrules.DriftChanged:
+			l.Op, l.Kernel = OpChanged, d.How
 		}
 		lines = append(lines, l)
 	}

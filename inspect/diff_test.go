@@ -14,6 +14,7 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
+	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 	"github.com/ipvsproxy/ipvsproxy/sync"
 )
@@ -227,6 +228,35 @@ func TestDiffPrintsRuleDrift(t *testing.T) {
 		t.Errorf("order drift: %v", got)
 	}
 	if !(Diff{Lines: RuleLines(nil)}).Equal() {
+		t.Error("no drift, yet not Equal")
+	}
+}
+
+// The nftables table's drift is listed as the iptables rules' is: one
+// line per chain, set or table, in text and JSON; none is equal.
+func TestTableLines(t *testing.T) {
+	table, err := nftrules.NewFake(nftrules.DefaultConfig(true, false))
+	must(t, err)
+	_, err = table.Sync()
+	must(t, err)
+	must(t, table.FlushChain("services"))
+	drift, err := table.Drift()
+	must(t, err)
+	d := Diff{Lines: append(TableLines(drift),
+		TableLines([]nftrules.Drift{{Op: nftrules.DriftExtra, Object: "chain inet ipvsproxy foreign"}, {Op: nftrules.DriftMissing, Object: "table inet ipvsproxy"}})...)}
+	var out bytes.Buffer
+	must(t, d.WriteText(&out))
+	const expected = `~ chain inet ipvsproxy services  (kernel: 0 rules, want 7)
+- chain inet ipvsproxy foreign
++ table inet ipvsproxy
+`
+	if out.String() != expected || d.Equal() {
+		t.Errorf("diff (equal %t):\n%s\nwant:\n%s", d.Equal(), out.String(), expected)
+	}
+	if d.Lines[0].Object != "nftables" {
+		t.Errorf("object %q, want nftables", d.Lines[0].Object)
+	}
+	if !(Diff{Lines: TableLines(nil)}).Equal() {
 		t.Error("no drift, yet not Equal")
 	}
 }

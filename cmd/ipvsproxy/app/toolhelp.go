@@ -23,7 +23,7 @@ var toolHelps = map[string]toolHelp{
 		example:    "  ipvsproxy cleanup --config /var/lib/kube-proxy/config.conf\n  ipvsproxy cleanup --ipvs-exclude-cidrs 192.168.50.0/24 --nodeport-addresses primary",
 		privileges: rootNote,
 		flags: []string{"config", "ipvs-exclude-cidrs", "nodeport-addresses", "bind-address", "iptables-backend",
-			"iptables-masquerade-bit", "masquerade-all", "cluster-cidr"},
+			"iptables-masquerade-bit", "masquerade-all", "cluster-cidr", "rules-backend"},
 	},
 	"diff": {
 		example:    "  ipvsproxy diff --kubeconfig /var/lib/kube-proxy/kubeconfig.conf --hostname-override \"$NODE_NAME\"\n  ipvsproxy diff --config /var/lib/kube-proxy/config.conf -o json",
@@ -31,17 +31,17 @@ var toolHelps = map[string]toolHelp{
 		flags: []string{"config", "kubeconfig", "master", "hostname-override", "kube-api-qps", "kube-api-burst",
 			"kube-api-content-type", "ipvs-scheduler", "ipvs-exclude-cidrs", "nodeport-addresses", "bind-address",
 			"cluster-cidr", "detect-local-mode", "pod-bridge-interface", "pod-interface-name-prefix", "masquerade-all",
-			"iptables-masquerade-bit", "iptables-backend", "output"},
+			"iptables-masquerade-bit", "iptables-backend", "rules-backend", "output"},
 	},
 	"status": {
 		example:    "  ipvsproxy status\n  ipvsproxy status --config /var/lib/kube-proxy/config.conf",
 		privileges: "Reads the kernel only; needs CAP_NET_ADMIN (IPVS and ipset reads are privileged).",
-		flags:      []string{"config", "ipvs-exclude-cidrs", "nodeport-addresses", "bind-address", "iptables-backend", "metrics-bind-address"},
+		flags:      []string{"config", "ipvs-exclude-cidrs", "nodeport-addresses", "bind-address", "iptables-backend", "rules-backend", "metrics-bind-address"},
 	},
 	"doctor": {
 		example:    "  ipvsproxy doctor\n  ipvsproxy doctor --config /var/lib/kube-proxy/config.conf -o json",
 		privileges: "Reads the kernel only; needs CAP_NET_ADMIN (IPVS and ipset reads are privileged).",
-		flags:      []string{"config", "ipvs-scheduler", "ipvs-strict-arp", "iptables-backend", "output"},
+		flags:      []string{"config", "ipvs-scheduler", "ipvs-strict-arp", "iptables-backend", "rules-backend", "output"},
 	},
 	"prepare-node": {
 		example:    "  ipvsproxy prepare-node --config /var/lib/kube-proxy/config.conf",

@@ -23,7 +23,6 @@ import (
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/inspect"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
-	"github.com/ipvsproxy/ipvsproxy/iptables"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/nftrules"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -112,21 +111,38 @@ func newDiffCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
 			if err != nil {
 				return &exitError{2, fail(cmd, err)}
 			}
-			if output == "json" {
-				err = d.WriteJSON(cmd.OutOrStdout())
-			} else {
-				err = d.WriteText(cmd.OutOrStdout())
-			}
-			if err != nil {
-				return &exitError{2, fail(cmd, err)}
-			}
-			if !d.Equal() {
-				return &exitError{code: 1}
-			}
-			return nil
+			return diffResult(cmd, d, output)
 		})
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "Output format: text (ipvsadm/ipset-like lines) or json.")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "Output format: text (ipvsadm/ipset/iptables/nft-like lines) or json.")
+	cmd.Long = cmd.Short + `.
+
+What the proxy would program is computed from the API server and the
+flags given: pass the proxy's own, or its --config. The node-wide rules
+compared (the iptables chains, or with --rules-backend=nftables the
+chains, rules and set declarations of the table inet ` + nftrules.TableName + `)
+depend on --rules-backend, --detect-local-mode (NodeCIDR: the Node's
+spec.podCIDRs), --cluster-cidr, --pod-bridge-interface,
+--pod-interface-name-prefix, --masquerade-all and
+--iptables-masquerade-bit: a value other than the proxy's shows as drift.`
 	return cmd
+}
+
+// diffResult prints d in the output format and is diff's exit: 0 equal,
+// 1 different, 2 when it cannot be printed.
+func diffResult(cmd *cobra.Command, d inspect.Diff, output string) error {
+	var err error
+	if output == "json" {
+		err = d.WriteJSON(cmd.OutOrStdout())
+	} else {
+		err = d.WriteText(cmd.OutOrStdout())
+	}
+	if err != nil {
+		return &exitError{2, fail(cmd, err)}
+	}
+	if !d.Equal() {
+		return &exitError{code: 1}
+	}
+	return nil
 }
 
 func newStatusCommand(logging *logsapi.LoggingConfiguration) *cobra.Command {
@@ -265,48 +281,13 @@ func runDiff(ctx context.Context, o *Options) (inspect.Diff, error) {
 	if err != nil {
 		return inspect.Diff{}, err
 	}
-	drift, err := ruleDrift(o, node, v6)
+	rules, err := ruleLines(o, node, v6)
 	if err != nil {
 		return inspect.Diff{}, err
 	}
 	d := inspect.Compare(want, have, dummyif.DefaultLinkName)
-	d.Lines = append(d.Lines, inspect.RuleLines(drift)...)
+	d.Lines = append(d.Lines, rules...)
 	return d, nil
-}
-
-// ruleDrift compares the fixed iptables rules the proxy would write on
-// this node (same backend, families and local-traffic detector) with the
-// kernel's, reading each table once and writing nothing.
-func ruleDrift(o *Options, node *v1.Node, v6 bool) ([]iptables.Drift, error) {
-	if o.RulesBackend == RulesBackendNFTables {
-		return nil, nil // the table's rules are rewritten whole on every full pass; no drift read yet
-	}
-	backend, err := iptablesBackend(o)
-	if err != nil {
-		return nil, err
-	}
-	detector := o.parsed.detector
-	if detector.Mode == iptables.LocalModeNodeCIDR {
-		if node == nil || len(node.Spec.PodCIDRs) == 0 {
-			return nil, errors.New("--detect-local-mode=NodeCIDR: the node has no spec.podCIDRs yet; the proxy waits for them before writing rules")
-		}
-		if detector.NodeCIDRs, err = podCIDRs(node); err != nil {
-			return nil, err
-		}
-	}
-	rules, _, err := ruleSyncers(o, backend, detector, v6)
-	if err != nil {
-		return nil, err
-	}
-	var drift []iptables.Drift
-	for _, r := range rules {
-		d, err := r.Drift()
-		if err != nil {
-			return nil, err
-		}
-		drift = append(drift, d...)
-	}
-	return drift, nil
 }
 
 // diffConfig is the builder config run.go and the node watcher make:
