@@ -16,6 +16,8 @@
 //     elements go in transactions of at most MaxBatch;
 //   - readback.go: the table as read back, compared with the wanted
 //     one (robust to what the kernel adds), and the repair transaction;
+//   - drift.go: Drift, that comparison's findings for `ipvsproxy diff`,
+//     read without a write;
 //   - monitor.go and generation_linux.go: Monitor, which syncs the
 //     table when nf_tables' generation moved, between full passes;
 //   - ipsets.go: IPSets, the table's sets as ipset.Interface for the
