@@ -404,11 +404,11 @@ func dsOf(t *testing.T) *appsv1.DaemonSet {
 	return objects(t)["DaemonSet/ipvsproxy"].(*appsv1.DaemonSet)
 }
 
-// TestStartupTaintComponent renders the base with deploy/startup-taint
-// with the real kustomize: the proxy (and node-prep, which takes the same
-// arguments) gets a --remove-startup-taint the binary accepts, and the
-// ClusterRole gains patch on nodes, nothing else.
-func TestStartupTaintComponent(t *testing.T) {
+// renderWithComponent renders the base with one of deploy/'s kustomize
+// components by the real kustomize (kubectl's), in a temporary overlay
+// as a user would write it, and decodes every object strictly.
+func renderWithComponent(t *testing.T, component string) []runtime.Object {
+	t.Helper()
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		t.Fatal("kubectl not on PATH: it renders the kustomization (the machine image ships it; apt package kubectl)")
@@ -419,25 +419,37 @@ func TestStartupTaintComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "startup-taint") + "]\n"
+	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, component) + "]\n"
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(kubectl, "kustomize", overlay).CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl kustomize with the startup-taint component: %v\n%s", err, out)
+		t.Fatalf("kubectl kustomize with the %s component: %v\n%s", component, err, out)
 	}
 	docs, err := SplitDocs("kustomize output", out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dec := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	base := objects(t)
+	objs := make([]runtime.Object, 0, len(docs))
 	for _, d := range docs {
 		obj, _, err := dec.Decode(d.YAML, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// TestStartupTaintComponent renders the base with deploy/startup-taint
+// with the real kustomize: the proxy (and node-prep, which takes the same
+// arguments) gets a --remove-startup-taint the binary accepts, and the
+// ClusterRole gains patch on nodes, nothing else.
+func TestStartupTaintComponent(t *testing.T) {
+	base := objects(t)
+	for _, obj := range renderWithComponent(t, "startup-taint") {
 		switch o := obj.(type) {
 		case *rbacv1.ClusterRole:
 			added := o.Rules[len(base["ClusterRole/ipvsproxy"].(*rbacv1.ClusterRole).Rules):]
@@ -467,36 +479,9 @@ func TestStartupTaintComponent(t *testing.T) {
 // --rules-backend=nftables (an argument the binary accepts and validates),
 // and nothing mounts the xtables lock any more; nothing else changes.
 func TestNFTablesComponent(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl not on PATH: it renders the kustomization (the machine image ships it; apt package kubectl)")
-	}
-	here, _ := os.Getwd()
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, here)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "nftables") + "]\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(kubectl, "kustomize", overlay).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl kustomize with the nftables component: %v\n%s", err, out)
-	}
-	docs, err := SplitDocs("kustomize output", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	base := dsOf(t)
 	found := false
-	for _, d := range docs {
-		obj, _, err := dec.Decode(d.YAML, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range renderWithComponent(t, "nftables") {
 		o, ok := obj.(*appsv1.DaemonSet)
 		if !ok {
 			continue
