@@ -192,7 +192,7 @@ func run(ctx context.Context, c *config) error {
 
 // measure starts the proxy and takes every measurement; r is filled in
 // as they come, so a failure still leaves what was measured.
-func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) error {
+func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) (err error) {
 	r.Commit = proxyVersion(c.ipvsproxy)
 	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
 	r.ProxyArgs = strings.Join(args, " ")
@@ -210,7 +210,16 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		start.stop(&r.Startup, string(logText), srv)
 		proxy.Stop(60 * time.Second)
 		logf("ipvsproxy stopped; API server: %s", srv.summary())
+		// The floor: what the proxy left, read back before the flush and
+		// written again after it (floor.go); nothing else runs by then.
+		objs := captureForFloor(r)
 		flushIPVS()
+		if ferr := measureFloor(objs, time.Now(), r); ferr != nil {
+			r.Failures = append(r.Failures, "floor: "+ferr.Error())
+			if err == nil {
+				err = fmt.Errorf("floor: %w", ferr)
+			}
+		}
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
 	prog, err := waitProgrammed(c, w, proxy, begin)
