@@ -194,7 +194,7 @@ func measureFloor(o *floorObjects, flushed time.Time, r *report) error {
 	r.Floor.finish(r.Programmed)
 	for _, p := range phases {
 		if p.Errors > 0 {
-			err = fmt.Errorf("%s: %d refused (first: %s); %v", p.Name, p.Errors, p.FirstError, err)
+			err = errors.Join(err, fmt.Errorf("%s: %d refused (first: %s)", p.Name, p.Errors, p.FirstError))
 		}
 	}
 	if err != nil {

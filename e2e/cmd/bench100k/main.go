@@ -23,6 +23,17 @@
 // over netlink until it holds all its real servers, and /readyz until it
 // answers 200; both are set against when the informers had delivered
 // everything (the proxy's log) and the kernel was complete.
+//
+// Issue 20's floor (floor.go, floorwrite.go): once the proxy has
+// stopped, what it left in the kernel is read back, untimed (addresses
+// on kube-ipvs0, every set with its header and members, every virtual
+// server with its real servers), and the proxy's IPVS flushed; then a
+// raw writer creates the same objects in a fresh network namespace of
+// the same kernel, with the proxy's own message encoders and no engine
+// logic: addresses, virtual servers and real servers pipelined (many
+// requests per sendto), set entries many per message. Each type is
+// timed; the summary reports their sum, the floor, and (start → kernel
+// complete) / floor against the target of 2×.
 package main
 
 import (
