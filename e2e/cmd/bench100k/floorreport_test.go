@@ -5,6 +5,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The ratio is start → kernel complete over the floor's sum, with the
@@ -65,5 +66,21 @@ func TestFloorReportNotMeasured(t *testing.T) {
 		if md := r.markdown(); !strings.Contains(md, "Floor (issue 20): "+c.want+"\n") {
 			t.Errorf("want %q in:\n%s", c.want, md)
 		}
+	}
+}
+
+// Without a complete kernel there is nothing to capture and no ratio:
+// the floor is skipped, not failed; a failed capture fails the floor.
+func TestFloorSkippedOrFailed(t *testing.T) {
+	r := &report{Programmed: programmed{Seconds: 0}}
+	if o := captureForFloor(r); o != nil || r.Floor.Skipped == "" {
+		t.Errorf("incomplete kernel: captured %v, skipped %q", o, r.Floor.Skipped)
+	}
+	if err := measureFloor(nil, time.Now(), r); err != nil {
+		t.Errorf("skipped floor: %v", err)
+	}
+	r.Floor = floorReport{Error: "capture: no IPVS"}
+	if err := measureFloor(nil, time.Now(), r); err == nil || err.Error() != "capture: no IPVS" {
+		t.Errorf("failed capture: %v", err)
 	}
 }
