@@ -190,6 +190,11 @@ func measureFloor(o *floorObjects, flushed time.Time, r *report) error {
 	}
 	r.Floor.SettleSeconds = settleAfterFlush(flushed, o.realCount()).Seconds()
 	phases, teardown, err := writeFloor(o)
+	// A floor written into the proxy's namespace by mistake would find
+	// the addresses and sets there (EEXIST) but an empty IPVS.
+	if n, verr := mainVirtualServers(); verr != nil || n != 0 {
+		err = errors.Join(err, fmt.Errorf("the proxy's namespace holds %d virtual servers after the floor, want 0: flushed before it", n), verr)
+	}
 	r.Floor.Phases, r.Floor.TeardownSeconds = phases, teardown.Seconds()
 	r.Floor.finish(r.Programmed)
 	for _, p := range phases {
@@ -239,4 +244,16 @@ func settleAfterFlush(flushed time.Time, reals int) time.Duration {
 	}
 	logf("floor: slab %d MB → %d MB after %.1fs", before, slab(), time.Since(start).Seconds())
 	return time.Since(start)
+}
+
+// mainVirtualServers counts the virtual servers of this thread's
+// namespace, the proxy's.
+func mainVirtualServers() (int, error) {
+	v, err := ipvs.New()
+	if err != nil {
+		return 0, err
+	}
+	defer v.Close()
+	vss, err := v.ListVirtualServers()
+	return len(vss), err
 }

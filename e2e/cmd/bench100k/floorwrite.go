@@ -92,6 +92,9 @@ func writeFloor(o *floorObjects) (phases []floorPhase, teardown time.Duration, e
 				break
 			}
 		}
+		if werr == nil {
+			werr = floorVerify(o)
+		}
 		start := time.Now()
 		floorTeardown(o)
 		teardown = time.Since(start)
@@ -265,6 +268,39 @@ func floorIPVS(o *floorObjects) ([]floorPhase, error) {
 	rs.Seconds = time.Since(start).Seconds()
 	logf("floor: %s", rs)
 	return []floorPhase{vs, rs}, err
+}
+
+// floorVerify counts, untimed, the addresses and virtual servers in the
+// floor's namespace: the acknowledgements said each was created, this
+// says it was created here (two dumps; the real servers would take one
+// per virtual server).
+func floorVerify(o *floorObjects) error {
+	start := time.Now()
+	d, err := dummyif.New(floorLink)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	addrs, err := d.ListAddresses()
+	if err != nil {
+		return fmt.Errorf("floor: list its addresses: %w", err)
+	}
+	v, err := ipvs.New()
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	vss, err := v.ListVirtualServers()
+	if err != nil {
+		return fmt.Errorf("floor: list its virtual servers: %w", err)
+	}
+	logf("floor: its namespace holds %d addresses (want %d) and %d virtual servers (want %d); counted in %.1fs",
+		len(addrs), len(o.Addrs), len(vss), len(o.VS), time.Since(start).Seconds())
+	if len(addrs) != len(o.Addrs) || len(vss) != len(o.VS) {
+		return fmt.Errorf("floor: its namespace holds %d addresses and %d virtual servers, want %d and %d",
+			len(addrs), len(vss), len(o.Addrs), len(o.VS))
+	}
+	return nil
 }
 
 // floorTeardown empties the floor's namespace, each step logged with
