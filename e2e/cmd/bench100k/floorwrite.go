@@ -10,9 +10,9 @@ package main
 // none of the proxy's logic: addresses, virtual servers and real servers
 // pipelined (nlconn.ExecutePipelined: up to nlconn.MaxPipelined messages
 // per sendto, the acknowledgements read with recvmmsg), set entries
-// batched many per message by package ipset (a 32 KiB message of ~600
-// entries; two such messages at most would fit one pipelined send, so
-// pipelining them would save nothing that counts).
+// batched many per message by package ipset (32 KiB messages of
+// hundreds of entries; two such messages at most would fit one
+// pipelined send, so pipelining them would save nothing that counts).
 
 import (
 	"errors"
