@@ -213,17 +213,23 @@ func measureFloor(o *floorObjects, flushed time.Time, r *report) error {
 // destTrashFreed is how long after a flush IPVS may take to free the
 // deleted real servers: they wait in the namespace's trash list (for
 // connections that may still point at them), whose timer runs every
-// IP_VS_DEST_TRASH_PERIOD/2 (30 s) and frees a server once it has been
-// idle a whole period (60 s): up to 90 s after the flush, a million
-// frees in softirq, CPU the floor's timing must not share.
-const destTrashFreed = 95 * time.Second
+// IP_VS_DEST_TRASH_PERIOD/2 (60 s) and frees a server once it has been
+// seen idle for a whole period (120 s): the first run after the flush
+// marks them, the third frees them, ~180 s after it, a million frees in
+// softirq: CPU the floor's timing must not share.
+const destTrashFreed = 190 * time.Second
+
+// settleMinReals: with fewer real servers flushed, the frees cost
+// milliseconds and the floor does not wait for them.
+const settleMinReals = 100000
 
 // settleAfterFlush waits until destTrashFreed after the flush, then
 // (at most a minute more) until the kernel's slab stops shrinking (the
 // frees go through RCU), and returns how long it waited.
 func settleAfterFlush(flushed time.Time, reals int) time.Duration {
 	start := time.Now()
-	if reals == 0 {
+	if reals < settleMinReals {
+		logf("floor: not waiting for IPVS to free the proxy's %d real servers (fewer than %d)", reals, settleMinReals)
 		return 0
 	}
 	slab := func() int { return readMeminfo()["SlabKB"] / 1024 }
