@@ -52,3 +52,12 @@ func addrRequest(typ int, idx int, addr netip.Addr) *nl.NetlinkRequest {
 	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, addr.AsSlice()))
 	return req
 }
+
+// AppendAddAddressMessage appends the whole RTM_NEWADDR request AddAddress
+// sends for addr on link linkIndex, for a caller with its own pipeline
+// (nlconn.Conn.ExecutePipelined numbers it): the floor measurement of
+// e2e/cmd/bench100k sends the proxy's very requests, so the kernel's
+// cost is the same. addr is not checked.
+func AppendAddAddressMessage(b []byte, linkIndex int, addr netip.Addr) []byte {
+	return append(b, addrRequest(unix.RTM_NEWADDR, linkIndex, addr).Serialize()...)
+}

@@ -63,3 +63,15 @@ func TestAddressWritesWire(t *testing.T) {
 	}
 	k.ExpectRequests(addrText, want)
 }
+
+// The appended message is the request AddAddress sends.
+func TestAppendAddAddressMessage(t *testing.T) {
+	for _, a := range []string{"10.96.0.1", "fd00::1", "::ffff:10.96.0.2"} {
+		addr := netip.MustParseAddr(a)
+		got := AppendAddAddressMessage([]byte{1, 2, 3, 4}, 7, addr)
+		want := addrRequest(unix.RTM_NEWADDR, 7, addr).Serialize()
+		if len(got) != 4+len(want) || addrText(got[4:]) != addrText(want) {
+			t.Errorf("%s: got %s, want %s", a, addrText(got[4:]), addrText(want))
+		}
+	}
+}

@@ -105,14 +105,9 @@ func (h *Handle) destRequest(cmd uint8, vs ServiceKey, rs RealServer) *nl.Netlin
 // pipeline numbers it), for a batch.
 func (h *Handle) appendDestMessage(b []byte, cmd uint8, vs ServiceKey, rs RealServer) []byte {
 	at := len(b)
-	var hdr [unix.NLMSG_HDRLEN]byte
-	b = append(append(b, hdr[:]...), cmd, genlVersion, 0, 0)
+	b = startMessage(b, cmd)
 	b = appendDestAttrs(b, cmd, vs, rs)
-	native := binary.NativeEndian
-	native.PutUint32(b[at:], uint32(len(b)-at))
-	native.PutUint16(b[at+4:], h.family)
-	native.PutUint16(b[at+6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	return b
+	return endMessage(b, at, h.family)
 }
 
 // appendAttr appends an attribute with the payload v, padded to 4 bytes.

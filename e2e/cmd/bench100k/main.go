@@ -23,6 +23,17 @@
 // over netlink until it holds all its real servers, and /readyz until it
 // answers 200; both are set against when the informers had delivered
 // everything (the proxy's log) and the kernel was complete.
+//
+// Issue 20's floor (floor.go, floorwrite.go): once the proxy has
+// stopped, what it left in the kernel is read back, untimed (addresses
+// on kube-ipvs0, every set with its header and members, every virtual
+// server with its real servers), and the proxy's IPVS flushed; then a
+// raw writer creates the same objects in a fresh network namespace of
+// the same kernel, with the proxy's own message encoders and no engine
+// logic: addresses, virtual servers and real servers pipelined (many
+// requests per sendto), set entries many per message. Each type is
+// timed; the summary reports their sum, the floor, and (start → kernel
+// complete) / floor against the target of 2×.
 package main
 
 import (
@@ -192,7 +203,7 @@ func run(ctx context.Context, c *config) error {
 
 // measure starts the proxy and takes every measurement; r is filled in
 // as they come, so a failure still leaves what was measured.
-func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) error {
+func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) (err error) {
 	r.Commit = proxyVersion(c.ipvsproxy)
 	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
 	r.ProxyArgs = strings.Join(args, " ")
@@ -210,7 +221,16 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		start.stop(&r.Startup, string(logText), srv)
 		proxy.Stop(60 * time.Second)
 		logf("ipvsproxy stopped; API server: %s", srv.summary())
+		// The floor: what the proxy left, read back before the flush and
+		// written again after it (floor.go); nothing else runs by then.
+		objs := captureForFloor(r)
 		flushIPVS()
+		if ferr := measureFloor(objs, time.Now(), r); ferr != nil {
+			r.Failures = append(r.Failures, "floor: "+ferr.Error())
+			if err == nil {
+				err = fmt.Errorf("floor: %w", ferr)
+			}
+		}
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
 	prog, err := waitProgrammed(c, w, proxy, begin)

@@ -43,6 +43,7 @@ type report struct {
 	HeapInuseFinalMB        float64     `json:"proxyHeapInuseFinalMB"`
 	API                     string      `json:"apiServerServed"`
 	LongestScrapeSeconds    float64     `json:"longestScrapeSeconds"`
+	Floor                   floorReport `json:"floor"`
 	Mem                     struct {
 		Boot, BeforeProxy, AtProgrammed, Final map[string]int
 	} `json:"guestMeminfo"`
@@ -110,6 +111,7 @@ func (r *report) markdown() string {
 	row("generator + API server RSS after filling the fake (MB)", "%d", r.GeneratorRSSKB/1024)
 	row("fake clientset filled in (s)", "%.1f", r.FillSeconds)
 	r.startupMarkdown(&b)
+	r.floorMarkdown(&b)
 	b.WriteString("\n`ipset list -t` (entries / expected):\n\n| set | type | entries | expected |\n|---|---|---:|---:|\n")
 	for _, s := range r.Sets {
 		if s.Entries != 0 || s.Expected != 0 {

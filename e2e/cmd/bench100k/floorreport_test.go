@@ -1,0 +1,86 @@
+//go:build e2e
+
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The ratio is start → kernel complete over the floor's sum, with the
+// read before as its lower bound; the target line says met, MISSED or
+// undecided, and the run's summary carries the floor's table.
+func TestFloorReport(t *testing.T) {
+	phases := []floorPhase{
+		{Name: "addresses on kube-ipvs0", Objects: 100, Messages: 100, Seconds: 1},
+		{Name: "set entries", Objects: 200, Sets: 34, Messages: 35, Seconds: 1},
+		{Name: "virtual servers", Objects: 102, Messages: 102, Seconds: 0.5},
+		{Name: "real servers", Objects: 1020, Messages: 1020, Seconds: 7.5},
+	}
+	for _, c := range []struct {
+		seconds, prev float64
+		ratio, low    float64
+		verdict       string
+	}{
+		{seconds: 18, prev: 12, ratio: 1.8, low: 1.2, verdict: "met"},
+		{seconds: 30, prev: 21, ratio: 3, low: 2.1, verdict: "MISSED"},
+		{seconds: 30, prev: 15, ratio: 3, low: 1.5, verdict: "undecided"},
+		{seconds: 30, prev: -1, ratio: 3, low: 0, verdict: "undecided"},
+	} {
+		r := &report{Programmed: programmed{Seconds: c.seconds, PrevReadSeconds: c.prev}}
+		r.Floor.Phases = phases
+		r.Floor.finish(r.Programmed)
+		f := r.Floor
+		if f.Seconds != 10 || f.Objects != 1422 || f.PerSecond != 142.2 {
+			t.Errorf("sum: %.1f s, %d objects, %.1f/s; want 10 s, 1422, 142.2/s", f.Seconds, f.Objects, f.PerSecond)
+		}
+		if f.Ratio != c.ratio || f.RatioLow != c.low || !strings.HasPrefix(f.verdict(), c.verdict) {
+			t.Errorf("%.0f s (previous read %.0f s): ratio %.2f–%.2f %s; want %.2f–%.2f %s",
+				c.seconds, c.prev, f.RatioLow, f.Ratio, f.verdict(), c.low, c.ratio, c.verdict)
+		}
+		md := r.markdown()
+		for _, want := range []string{
+			"| real servers | 1020 | 1020 | 7.5 | 136 | 0 |",
+			"| set entries (34 sets created first) | 200 | 35 | 1.0 | 200 | 0 |",
+			"| total | 1422 | | 10.0 | 142 | |",
+			"| start → kernel complete within 2× the floor | target ≤ 2× " + c.verdict,
+		} {
+			if !strings.Contains(md, want) {
+				t.Errorf("summary lacks %q:\n%s", want, md)
+			}
+		}
+	}
+}
+
+func TestFloorReportNotMeasured(t *testing.T) {
+	for _, c := range []struct {
+		f    floorReport
+		want string
+	}{
+		{floorReport{}, "not measured: the run ended before the proxy was stopped"},
+		{floorReport{Skipped: "the kernel was never complete"}, "not measured: the kernel was never complete"},
+		{floorReport{Error: "capture: boom"}, "not measured: capture: boom"},
+	} {
+		r := &report{Floor: c.f}
+		if md := r.markdown(); !strings.Contains(md, "Floor (issue 20): "+c.want+"\n") {
+			t.Errorf("want %q in:\n%s", c.want, md)
+		}
+	}
+}
+
+// Without a complete kernel there is nothing to capture and no ratio:
+// the floor is skipped, not failed; a failed capture fails the floor.
+func TestFloorSkippedOrFailed(t *testing.T) {
+	r := &report{Programmed: programmed{Seconds: 0}}
+	if o := captureForFloor(r); o != nil || r.Floor.Skipped == "" {
+		t.Errorf("incomplete kernel: captured %v, skipped %q", o, r.Floor.Skipped)
+	}
+	if err := measureFloor(nil, time.Now(), r); err != nil {
+		t.Errorf("skipped floor: %v", err)
+	}
+	r.Floor = floorReport{Error: "capture: no IPVS"}
+	if err := measureFloor(nil, time.Now(), r); err == nil || err.Error() != "capture: no IPVS" {
+		t.Errorf("failed capture: %v", err)
+	}
+}
