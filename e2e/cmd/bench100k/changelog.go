@@ -119,7 +119,9 @@ func (l *changeLog) react(t clienttesting.ObjectTracker) clienttesting.ReactionF
 		var err error
 		switch a.GetVerb() {
 		case "list":
-			lk, ok := a.(interface{ GetKind() schema.GroupVersionKind })
+			lk, ok := a.(interface {
+				GetKind() schema.GroupVersionKind
+			})
 			if !ok {
 				return false, nil, nil
 			}
