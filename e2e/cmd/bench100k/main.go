@@ -223,8 +223,12 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
 		failures = append(failures, msg)
 	}
+	changes := startChanges(w, srv.cs, c.seed, begin)
 	if err := timeFullPasses(c, proxy, begin, r); err != nil {
 		failures = append(failures, err.Error())
+	}
+	if msg := changes.finish(); msg != "" {
+		failures = append(failures, msg)
 	}
 	// The first full pass is done: /readyz has answered by now, or
 	// within a poll; a 200 before the kernel was complete is a failure.
@@ -241,6 +245,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	}
 	logf("traffic: %d of %d sampled ClusterIPs answered every request from all %d of their pods", r.VIPsAnswering, len(r.Traffic), endpointsPer)
 	failures = append(failures, finalChecks(c, w, r)...)
+	r.Changes = changes.report(logPath) // late: more passes have ended
 	r.Final, _ = proxy.Usage()
 	r.Mem.Final = readMeminfo()
 	if m, err := scrapeProxy(); err == nil {
