@@ -42,7 +42,8 @@ import (
 //     limit/continue, or a watch. A watch with sendInitialEvents=true is
 //     client-go's watch-list (on by default since 1.35, and served by
 //     kube-apiserver 1.37): every object as ADDED, then the
-//     "k8s.io/initial-events-end" bookmark.
+//     "k8s.io/initial-events-end" bookmark; then, as every watch, the
+//     changes after its resourceVersion (watchstream.go).
 //   - GET nodes/NAME; POST events (accepted and dropped); PATCH events
 //     (404, so the recorder creates instead).
 //
