@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 )
@@ -44,26 +42,32 @@ import (
 //     limit/continue, or a watch. A watch with sendInitialEvents=true is
 //     client-go's watch-list (on by default since 1.35, and served by
 //     kube-apiserver 1.37): every object as ADDED, then the
-//     "k8s.io/initial-events-end" bookmark.
+//     "k8s.io/initial-events-end" bookmark; then, as every watch, the
+//     changes after its resourceVersion (watchstream.go).
 //   - GET nodes/NAME; POST events (accepted and dropped); PATCH events
 //     (404, so the recorder creates instead).
 //
 // Objects are read from the fake one namespace at a time (its List deep
 // copies what it returns) and encoded one by one, so serving 100,000
 // objects never holds a second copy of all of them. Protobuf when the
-// client accepts it, as kube-apiserver does; else JSON. The objects do not
-// change during the benchmark, so a watch carries only its initial
-// events and ends after its timeoutSeconds.
+// client accepts it, as kube-apiserver does; else JSON. Writes to the
+// fake after the server is made (the benchmark's changes) get
+// resourceVersions and reach the watches as events (changelog.go,
+// watchstream.go).
 type apiServer struct {
 	cs         *fake.Clientset
 	namespaces []string
 	logf       func(string, ...any)
 	protobuf   format
 	json       format
+	log        *changeLog
+	// maxWatch caps a watch's timeoutSeconds (0: no cap); tests shorten it
+	// to make client-go resume its watches.
+	maxWatch time.Duration
 
 	// What was served, for the report: requests by kind.
 	watchLists, plainWatches, listPages, gets, events, unknown atomic.Int64
-	objectsSent                                                atomic.Int64
+	objectsSent, eventsSent                                    atomic.Int64
 
 	// listed: when each collection's first complete list was sent (a
 	// watch-list's initial-events-end bookmark, or a list's last page):
@@ -95,9 +99,14 @@ func newFormat(mediaType string) format {
 	}
 }
 
+// newAPIServer serves cs; from now on its writes to the served
+// collections are logged for the watches (changeLog.react).
 func newAPIServer(cs *fake.Clientset, namespaces []string, logf func(string, ...any)) *apiServer {
-	return &apiServer{cs: cs, namespaces: namespaces, logf: logf, listed: map[string]time.Time{},
-		protobuf: newFormat(runtime.ContentTypeProtobuf), json: newFormat(runtime.ContentTypeJSON)}
+	s := &apiServer{cs: cs, namespaces: namespaces, logf: logf, listed: map[string]time.Time{},
+		protobuf: newFormat(runtime.ContentTypeProtobuf), json: newFormat(runtime.ContentTypeJSON),
+		log: newChangeLog(logCap)}
+	cs.PrependReactor("*", "*", s.log.react(cs.Tracker()))
+	return s
 }
 
 // resource is one collection the proxy lists and watches.
@@ -313,39 +322,42 @@ func (s *apiServer) scopes(res *resource) []string {
 }
 
 // page returns up to limit objects (0: all) after the continue token
-// "SCOPE/OFFSET", the token of the next page ("" at the end) and the
-// collection's resourceVersion.
+// "SCOPE/OFFSET/RV", the token of the next page ("" at the end) and the
+// list's resourceVersion: that of its first namespace read (each read is
+// one version; later ones may hold newer changes, which a watch from the
+// list's version sends again — the same state twice, never one missed).
 func (s *apiServer) page(ctx context.Context, res *resource, sel selection, limit int, cont string) ([]runtime.Object, string, string, error) {
-	scope, off := 0, 0
+	scope, off, rv := 0, 0, ""
 	if cont != "" {
-		if _, err := fmt.Sscanf(cont, "%d/%d", &scope, &off); err != nil {
+		if _, err := fmt.Sscanf(cont, "%d/%d/%s", &scope, &off, &rv); err != nil {
 			return nil, "", "", fmt.Errorf("bad continue token %q", cont)
 		}
 	}
 	var items []runtime.Object
-	var rv string
 	nss := s.scopes(res)
 	for ; scope < len(nss); scope, off = scope+1, 0 {
 		objs, lrv, err := s.read(ctx, res, nss[scope], sel)
 		if err != nil {
 			return nil, "", "", err
 		}
-		rv = lrv
+		if rv == "" {
+			rv = lrv
+		}
 		objs = objs[min(off, len(objs)):]
 		if limit > 0 && len(items)+len(objs) > limit {
 			n := limit - len(items)
-			return append(items, objs[:n]...), fmt.Sprintf("%d/%d", scope, off+n), rv, nil
+			return append(items, objs[:n]...), fmt.Sprintf("%d/%d/%s", scope, off+n, rv), rv, nil
 		}
 		items = append(items, objs...)
 	}
 	if rv == "" {
-		rv = "1" // no namespace at all: the fake's version of an empty collection
+		rv = strconv.FormatInt(s.log.current(), 10) // no namespace at all
 	}
 	return items, "", rv, nil
 }
 
-// read lists one namespace from the fake and stamps each object with the
-// collection's resourceVersion (the fake keeps versions beside objects).
+// read lists one namespace from the fake, with the resourceVersion the
+// list is at (changelog.go), and gives each object its own version.
 func (s *apiServer) read(ctx context.Context, res *resource, ns string, sel selection) ([]runtime.Object, string, error) {
 	objs, rv, err := res.list(ctx, ns, sel.opts)
 	if err != nil {
@@ -355,94 +367,11 @@ func (s *apiServer) read(ctx context.Context, res *resource, ns string, sel sele
 	for _, o := range objs {
 		if sel.matches(o) {
 			m, _ := meta.Accessor(o)
-			m.SetResourceVersion(rv)
+			m.SetResourceVersion(objectRV(o))
 			kept = append(kept, o)
 		}
 	}
 	return kept, rv, nil
-}
-
-// watch streams a watch: with sendInitialEvents=true every object as
-// ADDED and the initial-events-end bookmark (client-go's watch-list),
-// then nothing until timeoutSeconds or the client leaves.
-func (s *apiServer) watch(w http.ResponseWriter, r *http.Request, res *resource, sel selection) {
-	q := r.URL.Query()
-	timeout := 30 * time.Minute
-	if t, err := strconv.Atoi(q.Get("timeoutSeconds")); err == nil && t > 0 {
-		timeout = time.Duration(t) * time.Second
-	}
-	f := s.negotiate(r)
-	w.Header().Set("Content-Type", f.contentType+";stream=watch")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	ew := &eventWriter{f: f, frames: f.framer.NewFrameWriter(bw)}
-	flush := func() {
-		_ = bw.Flush()
-		if fl, ok := w.(http.Flusher); ok {
-			fl.Flush()
-		}
-	}
-	if q.Get("sendInitialEvents") == "true" {
-		s.watchLists.Add(1)
-		start, n := time.Now(), 0
-		rv := ""
-		for _, ns := range s.scopes(res) {
-			objs, lrv, err := s.read(r.Context(), res, ns, sel)
-			if err != nil {
-				s.logf("api: watch-list %s: %v", res.name, err)
-				return
-			}
-			rv = lrv
-			for _, o := range objs {
-				if err := ew.send(watch.Added, o); err != nil {
-					return // the client left
-				}
-				n++
-			}
-		}
-		s.objectsSent.Add(int64(n))
-		bookmark := res.empty()
-		m, _ := meta.Accessor(bookmark)
-		m.SetResourceVersion(rv)
-		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-		if err := ew.send(watch.Bookmark, bookmark); err != nil {
-			return
-		}
-		flush()
-		s.sent(res.name)
-		s.logf("api: watch-list %s: %d objects streamed in %.1fs", res.name, n, time.Since(start).Seconds())
-	} else {
-		s.plainWatches.Add(1)
-	}
-	flush()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-r.Context().Done():
-	case <-t.C:
-	}
-}
-
-// eventWriter writes watch events as kube-apiserver does: the object
-// encoded on its own, wrapped in a WatchEvent, one frame per event.
-type eventWriter struct {
-	f           format
-	frames      io.Writer
-	obj, framed bytes.Buffer
-}
-
-func (e *eventWriter) send(t watch.EventType, o runtime.Object) error {
-	e.obj.Reset()
-	if err := e.f.object.Encode(o, &e.obj); err != nil {
-		return err
-	}
-	e.framed.Reset()
-	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: e.obj.Bytes()}}
-	if err := e.f.event.Encode(ev, &e.framed); err != nil {
-		return err
-	}
-	_, err := e.frames.Write(e.framed.Bytes())
-	return err
 }
 
 func (s *apiServer) getNode(w http.ResponseWriter, r *http.Request) {
@@ -482,7 +411,7 @@ func (s *apiServer) postEvent(w http.ResponseWriter, r *http.Request) {
 
 // summary is one line of what was served.
 func (s *apiServer) summary() string {
-	return fmt.Sprintf("watch-lists %d, plain watches %d, list pages %d, gets %d, events %d, not served %d, objects sent %d",
+	return fmt.Sprintf("watch-lists %d, plain watches %d, list pages %d, gets %d, events %d, not served %d, objects sent %d, watch events sent %d (resourceVersion %d)",
 		s.watchLists.Load(), s.plainWatches.Load(), s.listPages.Load(), s.gets.Load(), s.events.Load(),
-		s.unknown.Load(), s.objectsSent.Load())
+		s.unknown.Load(), s.objectsSent.Load(), s.eventsSent.Load(), s.log.current())
 }

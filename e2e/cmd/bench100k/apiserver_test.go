@@ -271,7 +271,7 @@ func TestJSONForClientsWithoutProtobuf(t *testing.T) {
 	if err := json.Unmarshal(body, &l); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
-	if l.Kind != "ServiceList" || len(l.Items) != 2 || l.Continue != "0/2" || l.ResourceVersion == "" {
+	if l.Kind != "ServiceList" || len(l.Items) != 2 || l.Continue != "0/2/1" || l.ResourceVersion == "" {
 		t.Errorf("kind %q, %d items, continue %q, rv %q", l.Kind, len(l.Items), l.Continue, l.ResourceVersion)
 	}
 	resp2, err := http.Get(hs.URL + "/api/v1/pods")

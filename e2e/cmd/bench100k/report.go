@@ -47,6 +47,10 @@ type report struct {
 	Mem                     struct {
 		Boot, BeforeProxy, AtProgrammed, Final map[string]int
 	} `json:"guestMeminfo"`
+
+	// Issue 20's change latency during full passes (changes.go).
+	Changes changeLatency `json:"changeLatency"`
+
 	Failures []string `json:"failures"`
 }
 
@@ -112,6 +116,7 @@ func (r *report) markdown() string {
 	row("fake clientset filled in (s)", "%.1f", r.FillSeconds)
 	r.startupMarkdown(&b)
 	r.floorMarkdown(&b)
+	r.changesMarkdown(&b)
 	b.WriteString("\n`ipset list -t` (entries / expected):\n\n| set | type | entries | expected |\n|---|---|---:|---:|\n")
 	for _, s := range r.Sets {
 		if s.Entries != 0 || s.Expected != 0 {

@@ -1,0 +1,167 @@
+//go:build e2e
+
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// TestSpareAddressesAreNobodys: the addresses a "replace" change gives an
+// endpoint are routed (10.128.0.0/12, never .0 or .255) and map back to
+// no service, so a leftover one would show in the checks as wrong; the
+// plan's end stops them.
+func TestSpareAddressesAreNobodys(t *testing.T) {
+	w, err := newWorkload(2000, 50, 1, "node-a", netip.MustParseAddr("10.10.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &changer{w: w}
+	for k := 0; k < 3000; k++ {
+		v, ok := ch.spareAddr()
+		a := vAddr(v)
+		if !ok || !netip.MustParsePrefix("10.128.0.0/12").Contains(a) || a.As4()[3] == 0 || a.As4()[3] == 255 {
+			t.Fatalf("spare %d: %s %v", k, a, ok)
+		}
+		if _, known := w.serviceOfEndpoint(v); known {
+			t.Fatalf("spare %d (%s) maps to a service", k, a)
+		}
+	}
+	full := &changer{w: &workload{n: maxServices}}
+	n := 0
+	for ; n < 10; n++ {
+		if _, ok := full.spareAddr(); !ok {
+			break
+		}
+	}
+	if n != 4 { // (1<<20)/256*254 − maxServices×10
+		t.Errorf("at the plan's size, %d spare addresses; want 4", n)
+	}
+}
+
+// TestChangesReachInformerAndRestore: the changes written through the
+// fake reach an informer over the API server as the slice they wrote,
+// never to a sampled or NodePort service; the restore writes every
+// original back.
+func TestChangesReachInformerAndRestore(t *testing.T) {
+	w, srv, client := served(t, 1200)
+	u := runSliceInformer(t, client, true)
+	ch := &changer{w: w, cs: srv.cs, begin: time.Now(), rng: rand.New(rand.NewPCG(1, 2)), orig: map[int]*discoveryv1.EndpointSlice{}}
+	for k := 0; k < 12; k++ {
+		i, want, res, err := ch.write(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, sampled := w.sampleSlot[i]; sampled || nodePort(i) != 0 {
+			t.Fatalf("change %d picked service %d (sampled %v, node port %d)", k, i, sampled, nodePort(i))
+		}
+		wantKind, wantN := "replace", endpointsPer
+		if k%2 == 1 {
+			wantKind, wantN = "unready", endpointsPer-1
+		}
+		if res.Kind != wantKind || len(want) != wantN {
+			t.Fatalf("change %d: %s with %d in service, want %s with %d", k, res.Kind, len(want), wantKind, wantN)
+		}
+		key := namespace(i) + "/" + serviceName(i) + "-x7k2p"
+		waitFor(t, "change "+fmt.Sprint(k), func() bool { es := u.seen(key); return es != nil && reflect.DeepEqual(readyAddrs(es), want) })
+	}
+	left, err := ch.restore()
+	if err != nil || len(left) != 12 {
+		t.Fatalf("restore: %d services, %v", len(left), err)
+	}
+	for i, want := range left {
+		if len(want) != endpointsPer {
+			t.Errorf("service %d restored with %d in service", i, len(want))
+		}
+		key := namespace(i) + "/" + serviceName(i) + "-x7k2p"
+		waitFor(t, "restore of "+key, func() bool {
+			es := u.seen(key)
+			return es != nil && reflect.DeepEqual(es.Endpoints, w.slice(w.service(i, es.CreationTimestamp), i, es.CreationTimestamp).Endpoints)
+		})
+	}
+}
+
+func TestInService(t *testing.T) {
+	want := map[uint32]bool{1: true, 2: true}
+	for _, c := range []struct {
+		reals        []realServer
+		loose, exact bool
+		name         string
+	}{
+		{[]realServer{{1, targetPort, 1}, {2, targetPort, 1}}, true, true, "exactly"},
+		{[]realServer{{1, targetPort, 1}, {2, targetPort, 1}, {3, targetPort, 0}}, true, false, "one draining"},
+		{[]realServer{{1, targetPort, 1}}, false, false, "one missing"},
+		{[]realServer{{1, targetPort, 1}, {2, targetPort, 1}, {3, targetPort, 1}}, false, false, "one too many"},
+		{[]realServer{{1, targetPort, 1}, {2, targetPort, 0}}, false, false, "a wanted one at weight 0"},
+		{[]realServer{{1, targetPort, 1}, {2, 80, 1}}, false, false, "a wrong port"},
+	} {
+		if got := inService(c.reals, want, false); got != c.loose {
+			t.Errorf("%s: in service %v, want %v", c.name, got, c.loose)
+		}
+		if got := inService(c.reals, want, true); got != c.exact {
+			t.Errorf("%s: exact %v, want %v", c.name, got, c.exact)
+		}
+	}
+}
+
+// TestClassifyByLoggedPasses: passes from the proxy's "Full pass done"
+// lines (time − duration), changes sorted into them.
+func TestClassifyByLoggedPasses(t *testing.T) {
+	launched := time.Date(2026, 12, 2, 6, 0, 0, 0, time.Local)
+	log := `I1202 05:59:59.000000     1 main.go:1] "old run"
+===== bench100k: starting ipvsproxy
+I1202 06:00:10.500000     183 batch.go:303] "Full pass done" services=2002 adopted=0 failed=0 duration="2.5s"
+I1202 06:00:20.000000     183 batch.go:303] "Other"
+I1202 06:01:00.000000     183 batch.go:303] "Full pass done" services=2002 adopted=0 failed=0 duration="1m0s"
+`
+	passes := parsePasses(log, launched)
+	if len(passes) != 2 || passes[0] != (passSpan{8, 10.5}) || passes[1] != (passSpan{0, 60}) {
+		t.Fatalf("passes %v", passes)
+	}
+	passes = []passSpan{{8, 10.5}, {30, 60}}
+	for _, c := range []struct {
+		t    float64
+		want string
+	}{{5, classBetween}, {9, classDuring}, {20, classBetween}, {30, classDuring}, {60.5, classUnknown}} {
+		if got := classify(c.t, passes); got != c.want {
+			t.Errorf("written at %v: %s, want %s", c.t, got, c.want)
+		}
+	}
+	var ms []float64
+	for k := 100; k >= 1; k-- {
+		ms = append(ms, float64(k))
+	}
+	if s := stats(ms); s != (latencyStats{Count: 100, P50Ms: 50, P99Ms: 99, MaxMs: 100}) {
+		t.Errorf("stats %v", s)
+	}
+	if s := stats(nil); s.Count != 0 {
+		t.Errorf("no latencies: %v", s)
+	}
+}
+
+// TestChangesMarkdown: the summary's table and the target's verdict.
+func TestChangesMarkdown(t *testing.T) {
+	r := &report{}
+	if md := r.markdown(); !strings.Contains(md, "Change latency during full passes (issue 20): not measured") {
+		t.Errorf("no changes: %s", md)
+	}
+	ch := &changer{results: []changeResult{{WrittenSeconds: 9, LatencyMs: 40}, {WrittenSeconds: 20, LatencyMs: 250}}, restoreSeconds: 3}
+	r.Changes = ch.report("/nonexistent")
+	r.Changes.Passes = []passSpan{{8, 10.5}}
+	if r.Changes.Target != "not checked (no change during a pass)" || r.Changes.Unclassified.Count != 2 || r.Changes.Error == "" {
+		t.Errorf("without a log: %+v", r.Changes)
+	}
+	md := r.markdown()
+	for _, want := range []string{"| during a pass | 0 |", "| unclassified (after the last pass logged as ended) | 2 | 40.0 | 250.0 | 250.0 |", "| stopped early | proxy log: "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+}
