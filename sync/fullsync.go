@@ -270,8 +270,9 @@ func (p *fullPass) prune() error {
 // proxy was down, they can be most of a set.
 func (r *Reconciler) pruneEntries(snap *kernelSnapshot) error {
 	stale := map[string][]ipset.Entry{}
-	for e := range snap.entries {
-		if r.rec.entryRefs[e] == 0 {
+	for k := range snap.entries {
+		if r.rec.entryRefs[k] == 0 {
+			e := k.SetEntry()
 			stale[e.Set] = append(stale[e.Set], e.Entry)
 		}
 	}

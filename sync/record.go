@@ -22,7 +22,7 @@ import (
 type record struct {
 	applied   map[string]*ServiceState
 	addrRefs  map[netip.Addr]int32
-	entryRefs map[owned.SetEntry]int32
+	entryRefs map[owned.EntryKey]int32 // packed keys: see owned.EntryKey
 	vsOwner   map[ipvs.ServiceKey]string
 	setSize   map[string]int // entries per set, counted once each
 	// released: virtual servers held by records a pass forgot to read
@@ -43,7 +43,7 @@ func newRecord() *record {
 func (r *record) reset(n int) {
 	r.applied = make(map[string]*ServiceState, n)
 	r.addrRefs = map[netip.Addr]int32{}
-	r.entryRefs = map[owned.SetEntry]int32{}
+	r.entryRefs = map[owned.EntryKey]int32{}
 	r.setSize = map[string]int{}
 	r.vsOwner = map[ipvs.ServiceKey]string{}
 }
@@ -110,8 +110,9 @@ func (r *record) forget(key string) {
 		}
 	}
 	for _, e := range st.Entries {
-		if r.entryRefs[e]--; r.entryRefs[e] <= 0 {
-			delete(r.entryRefs, e)
+		k := owned.KeyOf(e)
+		if r.entryRefs[k]--; r.entryRefs[k] <= 0 {
+			delete(r.entryRefs, k)
 			r.setSize[e.Set]--
 		}
 	}
@@ -149,12 +150,13 @@ func (r *record) adopt(key string, w *ServiceState, snap *kernelSnapshot) {
 		r.adoptVS(key, got, v, snap.vs[v.VS.ServiceKey])
 	}
 	for _, e := range w.Entries {
-		if snap.entries[e] && !slices.Contains(have.Entries, e) {
+		k := owned.KeyOf(e)
+		if snap.entries[k] && !slices.Contains(have.Entries, e) {
 			got.Entries = append(got.Entries, e)
-			if r.entryRefs[e] == 0 {
+			if r.entryRefs[k] == 0 {
 				r.setSize[e.Set]++
 			}
-			r.entryRefs[e]++
+			r.entryRefs[k]++
 		}
 	}
 	if got.Empty() {
@@ -196,7 +198,8 @@ func (r *record) adoptVS(key string, got *ServiceState, v VirtualServerState, kv
 // rebuild every record.
 func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) bool {
 	have := r.of(key)
-	if !readBackIn(have.Addresses, w.Addresses, snap.addrs) || !readBackIn(have.Entries, w.Entries, snap.entries) {
+	if !readBackIn(have.Addresses, w.Addresses, snap.addrs, ident) ||
+		!readBackIn(have.Entries, w.Entries, snap.entries, owned.KeyOf) {
 		return false
 	}
 	i := 0
@@ -210,11 +213,11 @@ func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) b
 }
 
 // readBackIn: have is, in order, the objects of want that the kernel
-// holds.
-func readBackIn[T comparable](have, want []T, inKernel map[T]bool) bool {
+// holds (inKernel, by key).
+func readBackIn[T, K comparable](have, want []T, inKernel map[K]bool, key func(T) K) bool {
 	i := 0
 	for _, x := range want {
-		if inKernel[x] {
+		if inKernel[key(x)] {
 			if i == len(have) || have[i] != x {
 				return false
 			}
@@ -223,6 +226,8 @@ func readBackIn[T comparable](have, want []T, inKernel map[T]bool) bool {
 	}
 	return i == len(have)
 }
+
+func ident[T any](x T) T { return x }
 
 // realsReadBack: rec is the kernel's virtual server kv with, in order and
 // at the kernel's weights, the wanted real servers the kernel holds.

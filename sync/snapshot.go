@@ -23,7 +23,7 @@ import (
 type kernelSnapshot struct {
 	addrs   map[netip.Addr]bool
 	vs      map[ipvs.ServiceKey]*kernelVS
-	entries map[owned.SetEntry]bool
+	entries map[owned.EntryKey]bool // packed keys: see owned.EntryKey
 }
 
 type kernelVS struct {
@@ -36,7 +36,7 @@ func newKernelSnapshot() *kernelSnapshot {
 	return &kernelSnapshot{
 		addrs:   map[netip.Addr]bool{},
 		vs:      map[ipvs.ServiceKey]*kernelVS{},
-		entries: map[owned.SetEntry]bool{},
+		entries: map[owned.EntryKey]bool{},
 	}
 }
 
@@ -75,13 +75,13 @@ func (s *kernelSnapshot) reads(k owned.Kernel, sets []string) []func() error {
 		reads = append(reads, func() error {
 			reset := func() {
 				for e := range s.entries {
-					if e.Set == set {
+					if e.Set() == set {
 						delete(s.entries, e)
 					}
 				}
 			}
 			return k.IPSet.WalkEntries(set, reset, func(e ipset.Entry) error {
-				s.entries[owned.SetEntry{Set: set, Entry: e}] = true
+				s.entries[owned.KeyOf(owned.SetEntry{Set: set, Entry: e})] = true
 				return nil
 			})
 		})
@@ -172,8 +172,8 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 		}
 	}
 	for _, e := range old.Entries {
-		if rec.entryRefs[e] == 0 {
-			delete(s.entries, e)
+		if k := owned.KeyOf(e); rec.entryRefs[k] == 0 {
+			delete(s.entries, k)
 		}
 	}
 	for _, v := range old.VirtualServers {
@@ -188,7 +188,7 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 		s.addrs[a] = true
 	}
 	for _, e := range now.Entries {
-		s.entries[e] = true
+		s.entries[owned.KeyOf(e)] = true
 	}
 	for _, v := range now.VirtualServers {
 		kv := s.vs[v.VS.ServiceKey]
