@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -86,7 +87,8 @@ func liveHeap() uint64 {
 // BenchmarkInformerObjects is what the informer caches keep per service:
 // one Service and one EndpointSlice of 10 endpoints on other nodes, as a
 // cluster's controllers write them (selector, labels, managed fields,
-// target references), decoded from protobuf as client-go receives them,
+// target references, the API server's defaults, zones), decoded from
+// protobuf as client-go receives them,
 // kept as they arrive (raw-B/svc) or after StripForProxy (stripped-B/svc).
 func BenchmarkInformerObjects(b *testing.B) {
 	const n = 10_000
@@ -125,6 +127,12 @@ func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
 	s.UID, s.ResourceVersion = "6d1c3f0e-6f53-4b8e-9a57-2f1c1f6d2c11", "123456"
 	s.Labels = map[string]string{"app.kubernetes.io/name": s.Name, "app.kubernetes.io/part-of": "shop"}
 	s.Spec.Selector = map[string]string{"app.kubernetes.io/name": s.Name}
+	// What the API server defaults on every Service it stores.
+	s.Spec.SessionAffinity = v1.ServiceAffinityNone
+	s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+	s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicySingleStack)
+	s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyCluster)
+	s.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{}}},"f:selector":{}}}`)}}
 	e := sl[0]
@@ -134,6 +142,7 @@ func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
 	for i := range e.Endpoints {
 		ep := &e.Endpoints[i]
 		ep.NodeName = ptr.To(fmt.Sprintf("worker-%03d", i*37%500))
+		ep.Zone = ptr.To(fmt.Sprintf("eu-west-1%c", 'a'+i%3))
 		ep.TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: fmt.Sprintf("%s-7d9f8c-%05d", s.Name, i), UID: "9f8e7d6c-5b4a-4392-8a1b-0c9d8e7f6a5b"}
 	}
 	svcWire, err1 := s.Marshal()
