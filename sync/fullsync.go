@@ -86,7 +86,8 @@ func (r *Reconciler) BeginPass(keys []string) {
 	for k := range r.rec.applied {
 		all[k] = true
 	}
-	snap := newKernelSnapshot()
+	// The kernel holds about what the records hold.
+	snap := newKernelSnapshot(snapshotSize{addrs: len(r.rec.addrRefs), vs: len(r.rec.vsOwner), entries: len(r.rec.entryRefs)})
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,

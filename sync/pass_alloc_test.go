@@ -1,6 +1,9 @@
 package sync
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // TestPassWithoutDriftAllocatesLittle: over a kernel that matches, a pass
 // step reads each service's real servers and finds its record true; it
@@ -65,5 +68,14 @@ func TestPassHoldsOneServicesRealServers(t *testing.T) {
 	e.finishPass()
 	if got, want := k.text(), e.reference(); got != want {
 		t.Errorf("kernel after the pass:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestKernelVSSize: a full pass holds one kernelVS per virtual server of
+// the node (100,000 at 100,000 services); it must stay without the
+// statistics and the key the read returns.
+func TestKernelVSSize(t *testing.T) {
+	if got := unsafe.Sizeof(kernelVS{}); got > 56 {
+		t.Errorf("kernelVS is %d bytes, want at most 56", got)
 	}
 }

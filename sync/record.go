@@ -178,7 +178,7 @@ func (r *record) adoptVS(key string, got *ServiceState, v VirtualServerState, kv
 	i := slices.IndexFunc(got.VirtualServers, func(x VirtualServerState) bool { return x.VS.ServiceKey == v.VS.ServiceKey })
 	if i < 0 {
 		r.vsOwner[v.VS.ServiceKey] = key
-		got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.vs})
+		got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.virtualServer(v.VS.ServiceKey)})
 		i = len(got.VirtualServers) - 1
 	}
 	rec := &got.VirtualServers[i]
@@ -204,7 +204,7 @@ func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) b
 	}
 	i := 0
 	for v, kv := range snap.adoptable(r, key, w) {
-		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], kv, v.Reals) {
+		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], v.VS.ServiceKey, kv, v.Reals) {
 			return false
 		}
 		i++
@@ -229,10 +229,10 @@ func readBackIn[T, K comparable](have, want []T, inKernel map[K]bool, key func(T
 
 func ident[T any](x T) T { return x }
 
-// realsReadBack: rec is the kernel's virtual server kv with, in order and
+// realsReadBack: rec is the kernel's virtual server kv (key k) with, in order and
 // at the kernel's weights, the wanted real servers the kernel holds.
-func realsReadBack(rec VirtualServerState, kv *kernelVS, wanted []ipvs.RealServer) bool {
-	if rec.VS.ServiceKey != kv.vs.ServiceKey || !rec.VS.Equal(kv.vs) {
+func realsReadBack(rec VirtualServerState, k ipvs.ServiceKey, kv *kernelVS, wanted []ipvs.RealServer) bool {
+	if !rec.VS.Equal(kv.virtualServer(k)) {
 		return false
 	}
 	i, j := 0, 0
