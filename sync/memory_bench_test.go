@@ -21,12 +21,14 @@ import (
 // plus the informer caches, times the GC's headroom (docs/benchmarks.md),
 // plus what a full pass holds while it runs: its read of the kernel's
 // addresses, set entries and virtual servers (snapshot-B/svc, measured
-// once the pass's reads are done, the services not yet stepped).
+// once the pass's reads are done, the services not yet stepped). The
+// records a restart adopts from the kernel are measured too
+// (adopted-B/svc): they are what a node holds after a restart.
 func BenchmarkRetainedMemory(b *testing.B) {
 	for _, sz := range benchSizes[:2] { // 100k takes minutes to set up and adds nothing
 		b.Run(sz.name, func(b *testing.B) {
 			n := sz.n
-			var tracker, records, snapshot uint64
+			var tracker, records, snapshot, adopted uint64
 			for b.Loop() {
 				c := newBenchCluster(n)
 				k := newBenchKernel(b, n)
@@ -53,6 +55,7 @@ func BenchmarkRetainedMemory(b *testing.B) {
 				runtime.KeepAlive(held.rec)
 				held.rec = nil // the kernel keeps what was programmed; the records go
 				withoutRecords := liveHeap()
+				adopted += adoptedRecordsBytes(b, k, tr, c.keys, withoutRecords)
 				runtime.KeepAlive(tr)
 				tracker += withTracker - base
 				records += withRecords - withoutRecords
@@ -62,6 +65,7 @@ func BenchmarkRetainedMemory(b *testing.B) {
 			b.ReportMetric(float64(tracker)/float64(b.N)/float64(n), "tracker-B/svc")
 			b.ReportMetric(float64(records)/float64(b.N)/float64(n), "records-B/svc")
 			b.ReportMetric(float64(snapshot)/float64(b.N)/float64(n), "snapshot-B/svc")
+			b.ReportMetric(float64(adopted)/float64(b.N)/float64(n), "adopted-B/svc")
 		})
 	}
 }
@@ -73,6 +77,31 @@ func passSnapshotBytes(r *Reconciler, keys []string, before uint64) uint64 {
 	r.StepPass(func(string) *ServiceState { return nil }, func() bool { return len(r.pass.reads) == 0 })
 	during := liveHeap()
 	r.endPass()
+	return during - before
+}
+
+// adoptedRecordsBytes is what the records hold after a restart: a new
+// Reconciler adopts every service from the kernel (BeginAdoption, Adopt
+// and Sync, as Run does) and stops adopting; the live heap then minus
+// before.
+func adoptedRecordsBytes(b *testing.B, k *kernel, tr *Tracker, keys []string, before uint64) uint64 {
+	r := NewReconciler(k.Kernel(), ownedSetNames(), nil)
+	if err := r.BeginAdoption(); err != nil {
+		b.Fatal(err)
+	}
+	for _, key := range keys {
+		svc, sl := tr.Get(key)
+		st := Build(svc, sl, &testConfig).State
+		if err := r.Adopt(key, &st); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Sync(key, &st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.endAdoption()
+	during := liveHeap()
+	runtime.KeepAlive(r)
 	return during - before
 }
 

@@ -79,3 +79,29 @@ func TestKernelVSSize(t *testing.T) {
 		t.Errorf("kernelVS is %d bytes, want at most 56", got)
 	}
 }
+
+// TestAdoptedRecordsAreTight: the records a restart adopts hold their
+// real servers in arrays of their size, as the records Sync makes do:
+// a node keeps them until the next change of the service.
+func TestAdoptedRecordsAreTight(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := range 5 {
+		e.apply(manyService(i, 10))
+	}
+	restarted := newEngine(t, k)
+	restarted.services, restarted.slices = e.services, e.slices
+	k.ResetCounts()
+	must(t, restarted.rec.BeginAdoption())
+	for key := range e.services {
+		must(t, restarted.syncKey(key))
+		for _, v := range restarted.rec.rec.applied[key].VirtualServers {
+			if len(v.Reals) != 10 || cap(v.Reals) != len(v.Reals) {
+				t.Errorf("%s %s: %d real servers in an array of %d", key, v.VS.ServiceKey, len(v.Reals), cap(v.Reals))
+			}
+		}
+	}
+	if w := k.writes(); len(w) > 0 {
+		t.Errorf("the restart wrote %v", w)
+	}
+}

@@ -182,7 +182,10 @@ func (r *record) adoptVS(key string, got *ServiceState, v VirtualServerState, kv
 		i = len(got.VirtualServers) - 1
 	}
 	rec := &got.VirtualServers[i]
-	rec.Reals = slices.Clone(rec.Reals)
+	// Room for every real server the walk can add: appended one by one
+	// from nil, a record of 10 would keep an array of 16 for as long as it
+	// lives (every record, after a restart).
+	rec.Reals = slices.Grow(slices.Clone(rec.Reals), min(len(kv.reals), len(v.Reals)))
 	sorted.Walk(kv.reals, v.Reals, compareReal,
 		func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
 		func(k, _ ipvs.RealServer) {
