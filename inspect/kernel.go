@@ -97,12 +97,12 @@ func Read(k owned.Kernel, sets []ipset.Set, exclude []netip.Prefix, nodePorts []
 // ownership is the engine's rule over one read of the link's addresses
 // and the owned sets' entries.
 func ownership(a *Actual, nodePorts []netip.Addr) owned.Ownership {
-	o := owned.Ownership{Bound: map[netip.Addr]bool{}, Entries: map[owned.SetEntry]bool{}, NodePorts: nodePorts, Exclude: a.Exclude}
+	o := owned.Ownership{Bound: map[netip.Addr]bool{}, Entries: map[owned.EntryKey]bool{}, NodePorts: nodePorts, Exclude: a.Exclude}
 	for _, x := range a.Addresses {
 		o.Bound[x] = true
 	}
 	for _, e := range a.Entries {
-		o.Entries[e] = true
+		o.Entries[owned.KeyOf(e)] = true
 	}
 	return o
 }

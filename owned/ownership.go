@@ -30,7 +30,7 @@ import (
 // Nothing in --ipvs-exclude-cidrs is ever ipvsproxy's.
 type Ownership struct {
 	Bound     map[netip.Addr]bool // addresses on kube-ipvs0
-	Entries   map[SetEntry]bool   // entries of the owned sets
+	Entries   map[EntryKey]bool   // entries of the owned sets
 	NodePorts []netip.Addr        // the addresses node ports are served on
 	Exclude   []netip.Prefix      // --ipvs-exclude-cidrs
 }
@@ -46,7 +46,7 @@ func (o Ownership) Owns(k ipvs.ServiceKey) bool {
 	v6 := k.Address.Is6()
 	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
 	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
-		if o.Entries[SetEntry{Set: SetName(set, v6), Entry: ipPort}] {
+		if o.Entries[KeyOf(SetEntry{Set: SetName(set, v6), Entry: ipPort})] {
 			return true
 		}
 	}
@@ -59,7 +59,7 @@ func (o Ownership) Owns(k ipvs.ServiceKey) bool {
 	default:
 		return false
 	}
-	return o.Entries[SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}}] &&
+	return o.Entries[KeyOf(SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}})] &&
 		slices.Contains(o.NodePorts, k.Address)
 }
 

@@ -37,8 +37,19 @@ func collectEndpoints(slices []*discovery.EndpointSlice, sp *v1.ServicePort, v6 
 	if v6 {
 		want = discovery.AddressTypeIPv6
 	}
-	var out []endpoint
-	seen := map[ipvs.RealKey]bool{}
+	n := 0
+	for _, sl := range slices {
+		if sl != nil && sl.AddressType == want {
+			n += len(sl.Endpoints)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// Made at its largest size: a full pass calls this for every port of
+	// every service, and growing from nil was a fifth of its garbage.
+	out := make([]endpoint, 0, n)
+	var seen endpointSet
 	for _, sl := range slices {
 		if sl == nil || sl.AddressType != want {
 			continue
@@ -49,14 +60,51 @@ func collectEndpoints(slices []*discovery.EndpointSlice, sp *v1.ServicePort, v6 
 		}
 		for i := range sl.Endpoints {
 			e, ok := toEndpoint(&sl.Endpoints[i], port, v6, node)
-			if !ok || seen[e.key] {
+			if !ok || seen.has(out, e.key) {
 				continue
 			}
-			seen[e.key] = true
 			out = append(out, e)
+			seen.add(e.key)
 		}
 	}
+	if len(out) == 0 {
+		return nil
+	}
 	return out
+}
+
+// linearDedup is the number of endpoints up to which a service's list is
+// searched for a duplicate instead of indexed by a map: a scan of a few
+// dozen keys is faster than a map, and allocates nothing.
+const linearDedup = 32
+
+// endpointSet tells whether a real server key is already in a list being
+// built (out): by a scan of out while it is short, by a map past that.
+type endpointSet struct{ keys map[ipvs.RealKey]bool }
+
+func (s *endpointSet) has(out []endpoint, k ipvs.RealKey) bool {
+	if s.keys == nil && len(out) < linearDedup {
+		for i := range out {
+			if out[i].key == k {
+				return true
+			}
+		}
+		return false
+	}
+	if s.keys == nil {
+		s.keys = make(map[ipvs.RealKey]bool, 2*len(out))
+		for i := range out {
+			s.keys[out[i].key] = true
+		}
+	}
+	return s.keys[k]
+}
+
+// add records k as appended to out; has must have been asked first.
+func (s *endpointSet) add(k ipvs.RealKey) {
+	if s.keys != nil {
+		s.keys[k] = true
+	}
 }
 
 func toEndpoint(ep *discovery.Endpoint, port uint16, v6 bool, node string) (endpoint, bool) {

@@ -190,11 +190,12 @@ func (w *writer) flushSets(sets []string) {
 				continue
 			}
 			se := owned.SetEntry{Set: set, Entry: e}
-			if w.rec.entryRefs[se] == 0 {
+			sk := owned.KeyOf(se)
+			if w.rec.entryRefs[sk] == 0 {
 				w.rec.setSize[set]++
 			}
 			for _, k := range keys[e] {
-				w.rec.entryRefs[se]++
+				w.rec.entryRefs[sk]++
 				accepted[k] = append(accepted[k], se)
 			}
 		}

@@ -86,7 +86,8 @@ func (r *Reconciler) BeginPass(keys []string) {
 	for k := range r.rec.applied {
 		all[k] = true
 	}
-	snap := newKernelSnapshot()
+	// The kernel holds about what the records hold.
+	snap := newKernelSnapshot(snapshotSize{addrs: len(r.rec.addrRefs), vs: len(r.rec.vsOwner), entries: len(r.rec.entryRefs)})
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,
@@ -270,8 +271,9 @@ func (p *fullPass) prune() error {
 // proxy was down, they can be most of a set.
 func (r *Reconciler) pruneEntries(snap *kernelSnapshot) error {
 	stale := map[string][]ipset.Entry{}
-	for e := range snap.entries {
-		if r.rec.entryRefs[e] == 0 {
+	for k := range snap.entries {
+		if r.rec.entryRefs[k] == 0 {
+			e := k.SetEntry()
 			stale[e.Set] = append(stale[e.Set], e.Entry)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -17,12 +18,17 @@ import (
 // records with their reference counts (records-B/svc). Each is measured
 // as the live heap with it minus the live heap after dropping it, so the
 // fake kernel's memory is not counted. The process's peak RSS is this
-// plus the informer caches, times the GC's headroom (docs/benchmarks.md).
+// plus the informer caches, times the GC's headroom (docs/benchmarks.md),
+// plus what a full pass holds while it runs: its read of the kernel's
+// addresses, set entries and virtual servers (snapshot-B/svc, measured
+// once the pass's reads are done, the services not yet stepped). The
+// records a restart adopts from the kernel are measured too
+// (adopted-B/svc): they are what a node holds after a restart.
 func BenchmarkRetainedMemory(b *testing.B) {
 	for _, sz := range benchSizes[:2] { // 100k takes minutes to set up and adds nothing
 		b.Run(sz.name, func(b *testing.B) {
 			n := sz.n
-			var tracker, records uint64
+			var tracker, records, snapshot, adopted uint64
 			for b.Loop() {
 				c := newBenchCluster(n)
 				k := newBenchKernel(b, n)
@@ -45,9 +51,11 @@ func BenchmarkRetainedMemory(b *testing.B) {
 					}
 				}
 				withRecords := liveHeap()
+				snapshot += passSnapshotBytes(held.rec, c.keys, withRecords)
 				runtime.KeepAlive(held.rec)
 				held.rec = nil // the kernel keeps what was programmed; the records go
 				withoutRecords := liveHeap()
+				adopted += adoptedRecordsBytes(b, k, tr, c.keys, withoutRecords)
 				runtime.KeepAlive(tr)
 				tracker += withTracker - base
 				records += withRecords - withoutRecords
@@ -56,8 +64,45 @@ func BenchmarkRetainedMemory(b *testing.B) {
 			}
 			b.ReportMetric(float64(tracker)/float64(b.N)/float64(n), "tracker-B/svc")
 			b.ReportMetric(float64(records)/float64(b.N)/float64(n), "records-B/svc")
+			b.ReportMetric(float64(snapshot)/float64(b.N)/float64(n), "snapshot-B/svc")
+			b.ReportMetric(float64(adopted)/float64(b.N)/float64(n), "adopted-B/svc")
 		})
 	}
+}
+
+// passSnapshotBytes begins a full pass over keys, does its kernel reads,
+// and returns the live heap then minus before; the pass is abandoned.
+func passSnapshotBytes(r *Reconciler, keys []string, before uint64) uint64 {
+	r.BeginPass(keys)
+	r.StepPass(func(string) *ServiceState { return nil }, func() bool { return len(r.pass.reads) == 0 })
+	during := liveHeap()
+	r.endPass()
+	return during - before
+}
+
+// adoptedRecordsBytes is what the records hold after a restart: a new
+// Reconciler adopts every service from the kernel (BeginAdoption, Adopt
+// and Sync, as Run does) and stops adopting; the live heap then minus
+// before.
+func adoptedRecordsBytes(b *testing.B, k *kernel, tr *Tracker, keys []string, before uint64) uint64 {
+	r := NewReconciler(k.Kernel(), ownedSetNames(), nil)
+	if err := r.BeginAdoption(); err != nil {
+		b.Fatal(err)
+	}
+	for _, key := range keys {
+		svc, sl := tr.Get(key)
+		st := Build(svc, sl, &testConfig).State
+		if err := r.Adopt(key, &st); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Sync(key, &st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.endAdoption()
+	during := liveHeap()
+	runtime.KeepAlive(r)
+	return during - before
 }
 
 // liveHeap is the heap in use after a full collection.
@@ -71,7 +116,8 @@ func liveHeap() uint64 {
 // BenchmarkInformerObjects is what the informer caches keep per service:
 // one Service and one EndpointSlice of 10 endpoints on other nodes, as a
 // cluster's controllers write them (selector, labels, managed fields,
-// target references), decoded from protobuf as client-go receives them,
+// target references, the API server's defaults, zones), decoded from
+// protobuf as client-go receives them,
 // kept as they arrive (raw-B/svc) or after StripForProxy (stripped-B/svc).
 func BenchmarkInformerObjects(b *testing.B) {
 	const n = 10_000
@@ -110,6 +156,12 @@ func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
 	s.UID, s.ResourceVersion = "6d1c3f0e-6f53-4b8e-9a57-2f1c1f6d2c11", "123456"
 	s.Labels = map[string]string{"app.kubernetes.io/name": s.Name, "app.kubernetes.io/part-of": "shop"}
 	s.Spec.Selector = map[string]string{"app.kubernetes.io/name": s.Name}
+	// What the API server defaults on every Service it stores.
+	s.Spec.SessionAffinity = v1.ServiceAffinityNone
+	s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+	s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicySingleStack)
+	s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyCluster)
+	s.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{}}},"f:selector":{}}}`)}}
 	e := sl[0]
@@ -119,6 +171,7 @@ func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
 	for i := range e.Endpoints {
 		ep := &e.Endpoints[i]
 		ep.NodeName = ptr.To(fmt.Sprintf("worker-%03d", i*37%500))
+		ep.Zone = ptr.To(fmt.Sprintf("eu-west-1%c", 'a'+i%3))
 		ep.TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: fmt.Sprintf("%s-7d9f8c-%05d", s.Name, i), UID: "9f8e7d6c-5b4a-4392-8a1b-0c9d8e7f6a5b"}
 	}
 	svcWire, err1 := s.Marshal()

@@ -1,6 +1,9 @@
 package sync
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // TestPassWithoutDriftAllocatesLittle: over a kernel that matches, a pass
 // step reads each service's real servers and finds its record true; it
@@ -65,5 +68,40 @@ func TestPassHoldsOneServicesRealServers(t *testing.T) {
 	e.finishPass()
 	if got, want := k.text(), e.reference(); got != want {
 		t.Errorf("kernel after the pass:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestKernelVSSize: a full pass holds one kernelVS per virtual server of
+// the node (100,000 at 100,000 services); it must stay without the
+// statistics and the key the read returns.
+func TestKernelVSSize(t *testing.T) {
+	if got := unsafe.Sizeof(kernelVS{}); got > 56 {
+		t.Errorf("kernelVS is %d bytes, want at most 56", got)
+	}
+}
+
+// TestAdoptedRecordsAreTight: the records a restart adopts hold their
+// real servers in arrays of their size, as the records Sync makes do:
+// a node keeps them until the next change of the service.
+func TestAdoptedRecordsAreTight(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	for i := range 5 {
+		e.apply(manyService(i, 10))
+	}
+	restarted := newEngine(t, k)
+	restarted.services, restarted.slices = e.services, e.slices
+	k.ResetCounts()
+	must(t, restarted.rec.BeginAdoption())
+	for key := range e.services {
+		must(t, restarted.syncKey(key))
+		for _, v := range restarted.rec.rec.applied[key].VirtualServers {
+			if len(v.Reals) != 10 || cap(v.Reals) != len(v.Reals) {
+				t.Errorf("%s %s: %d real servers in an array of %d", key, v.VS.ServiceKey, len(v.Reals), cap(v.Reals))
+			}
+		}
+	}
+	if w := k.writes(); len(w) > 0 {
+		t.Errorf("the restart wrote %v", w)
 	}
 }

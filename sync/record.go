@@ -22,7 +22,7 @@ import (
 type record struct {
 	applied   map[string]*ServiceState
 	addrRefs  map[netip.Addr]int32
-	entryRefs map[owned.SetEntry]int32
+	entryRefs map[owned.EntryKey]int32 // packed keys: see owned.EntryKey
 	vsOwner   map[ipvs.ServiceKey]string
 	setSize   map[string]int // entries per set, counted once each
 	// released: virtual servers held by records a pass forgot to read
@@ -43,7 +43,7 @@ func newRecord() *record {
 func (r *record) reset(n int) {
 	r.applied = make(map[string]*ServiceState, n)
 	r.addrRefs = map[netip.Addr]int32{}
-	r.entryRefs = map[owned.SetEntry]int32{}
+	r.entryRefs = map[owned.EntryKey]int32{}
 	r.setSize = map[string]int{}
 	r.vsOwner = map[ipvs.ServiceKey]string{}
 }
@@ -110,8 +110,9 @@ func (r *record) forget(key string) {
 		}
 	}
 	for _, e := range st.Entries {
-		if r.entryRefs[e]--; r.entryRefs[e] <= 0 {
-			delete(r.entryRefs, e)
+		k := owned.KeyOf(e)
+		if r.entryRefs[k]--; r.entryRefs[k] <= 0 {
+			delete(r.entryRefs, k)
 			r.setSize[e.Set]--
 		}
 	}
@@ -149,12 +150,13 @@ func (r *record) adopt(key string, w *ServiceState, snap *kernelSnapshot) {
 		r.adoptVS(key, got, v, snap.vs[v.VS.ServiceKey])
 	}
 	for _, e := range w.Entries {
-		if snap.entries[e] && !slices.Contains(have.Entries, e) {
+		k := owned.KeyOf(e)
+		if snap.entries[k] && !slices.Contains(have.Entries, e) {
 			got.Entries = append(got.Entries, e)
-			if r.entryRefs[e] == 0 {
+			if r.entryRefs[k] == 0 {
 				r.setSize[e.Set]++
 			}
-			r.entryRefs[e]++
+			r.entryRefs[k]++
 		}
 	}
 	if got.Empty() {
@@ -176,11 +178,14 @@ func (r *record) adoptVS(key string, got *ServiceState, v VirtualServerState, kv
 	i := slices.IndexFunc(got.VirtualServers, func(x VirtualServerState) bool { return x.VS.ServiceKey == v.VS.ServiceKey })
 	if i < 0 {
 		r.vsOwner[v.VS.ServiceKey] = key
-		got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.vs})
+		got.VirtualServers = append(got.VirtualServers, VirtualServerState{VS: kv.virtualServer(v.VS.ServiceKey)})
 		i = len(got.VirtualServers) - 1
 	}
 	rec := &got.VirtualServers[i]
-	rec.Reals = slices.Clone(rec.Reals)
+	// Room for every real server the walk can add: appended one by one
+	// from nil, a record of 10 would keep an array of 16 for as long as it
+	// lives (every record, after a restart).
+	rec.Reals = slices.Grow(slices.Clone(rec.Reals), min(len(kv.reals), len(v.Reals)))
 	sorted.Walk(kv.reals, v.Reals, compareReal,
 		func(ipvs.RealServer) {}, func(ipvs.RealServer) {},
 		func(k, _ ipvs.RealServer) {
@@ -196,12 +201,13 @@ func (r *record) adoptVS(key string, got *ServiceState, v VirtualServerState, kv
 // rebuild every record.
 func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) bool {
 	have := r.of(key)
-	if !readBackIn(have.Addresses, w.Addresses, snap.addrs) || !readBackIn(have.Entries, w.Entries, snap.entries) {
+	if !readBackIn(have.Addresses, w.Addresses, snap.addrs, ident) ||
+		!readBackIn(have.Entries, w.Entries, snap.entries, owned.KeyOf) {
 		return false
 	}
 	i := 0
 	for v, kv := range snap.adoptable(r, key, w) {
-		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], kv, v.Reals) {
+		if i == len(have.VirtualServers) || !kv.loaded || !realsReadBack(have.VirtualServers[i], v.VS.ServiceKey, kv, v.Reals) {
 			return false
 		}
 		i++
@@ -210,11 +216,11 @@ func (r *record) isReadBack(key string, w *ServiceState, snap *kernelSnapshot) b
 }
 
 // readBackIn: have is, in order, the objects of want that the kernel
-// holds.
-func readBackIn[T comparable](have, want []T, inKernel map[T]bool) bool {
+// holds (inKernel, by key).
+func readBackIn[T, K comparable](have, want []T, inKernel map[K]bool, key func(T) K) bool {
 	i := 0
 	for _, x := range want {
-		if inKernel[x] {
+		if inKernel[key(x)] {
 			if i == len(have) || have[i] != x {
 				return false
 			}
@@ -224,10 +230,12 @@ func readBackIn[T comparable](have, want []T, inKernel map[T]bool) bool {
 	return i == len(have)
 }
 
-// realsReadBack: rec is the kernel's virtual server kv with, in order and
+func ident[T any](x T) T { return x }
+
+// realsReadBack: rec is the kernel's virtual server kv (key k) with, in order and
 // at the kernel's weights, the wanted real servers the kernel holds.
-func realsReadBack(rec VirtualServerState, kv *kernelVS, wanted []ipvs.RealServer) bool {
-	if rec.VS.ServiceKey != kv.vs.ServiceKey || !rec.VS.Equal(kv.vs) {
+func realsReadBack(rec VirtualServerState, k ipvs.ServiceKey, kv *kernelVS, wanted []ipvs.RealServer) bool {
+	if !rec.VS.Equal(kv.virtualServer(k)) {
 		return false
 	}
 	i, j := 0, 0

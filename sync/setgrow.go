@@ -93,9 +93,9 @@ func (g *setGrower) grow(spec ipset.Set, max uint32) error {
 	// The new set gets every entry the kernel's set should hold: the
 	// refcounted entries of that set, many per message.
 	entries := make([]ipset.Entry, 0, g.rec.setSize[spec.Name])
-	for e := range g.rec.entryRefs {
-		if e.Set == spec.Name {
-			entries = append(entries, e.Entry)
+	for k := range g.rec.entryRefs {
+		if k.Set() == spec.Name {
+			entries = append(entries, k.SetEntry().Entry)
 		}
 	}
 	if err := g.ipset.AddEntries(growTempSet, entries); err != nil {

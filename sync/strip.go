@@ -1,8 +1,6 @@
 package sync
 
 import (
-	gosync "sync"
-
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -31,7 +29,10 @@ import (
 // endpoint's conditions, zone and node name point at one shared value per
 // distinct value instead of each holding its own copy: a cluster has far
 // fewer nodes than endpoints, so a node name costs its 40 bytes once per
-// node, not once per endpoint of the cluster.
+// node, not once per endpoint of the cluster. The other values that
+// repeat across objects (namespaces, ports' names, numbers and
+// protocols, the API server's defaults) are shared the same way
+// (intern.go).
 //
 // The object is changed in place: client-go hands the transform an object
 // it has just decoded and nobody else holds. The fuzz test builds every
@@ -44,8 +45,10 @@ func StripForProxy(node string, critical CriticalServices) cache.TransformFunc {
 			kept := critical.keepLabels(o.Labels)
 			stripService(o)
 			o.Labels = kept
+			shareService(o)
 		case *discovery.EndpointSlice:
 			stripSlice(o, here)
+			shareSlice(o)
 		case cache.DeletedFinalStateUnknown:
 			// A tombstone carries the last object the store held: already
 			// stripped.
@@ -121,36 +124,4 @@ func sharedBool(p *bool) *bool {
 	default:
 		return &boolFalse
 	}
-}
-
-// internTable hands out one shared *string per distinct value. A cluster
-// has far fewer zones than endpoints, so most endpoints point at an
-// existing value; the table is emptied when it reaches its bound, so a
-// cluster with endless distinct names costs at most that many entries.
-type internTable struct {
-	mu    gosync.Mutex
-	max   int
-	table map[string]*string
-}
-
-var zones = &internTable{max: 1 << 10}
-
-// nodeNames holds the other nodes' names; its bound is past the largest
-// clusters Kubernetes supports (5,000 nodes).
-var nodeNames = &internTable{max: 1 << 14}
-
-func (t *internTable) intern(p *string) *string {
-	if p == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if q, ok := t.table[*p]; ok {
-		return q
-	}
-	if t.table == nil || len(t.table) >= t.max {
-		t.table = make(map[string]*string)
-	}
-	t.table[*p] = p
-	return p
 }

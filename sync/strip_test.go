@@ -3,9 +3,11 @@ package sync
 import (
 	"fmt"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -92,7 +94,7 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 // TestInternTableBounded: a table at its bound starts over instead of
 // growing, and still returns equal values.
 func TestInternTableBounded(t *testing.T) {
-	tab := &internTable{max: 4}
+	tab := &internTable[string]{max: 4}
 	for i := range 10 {
 		name := fmt.Sprintf("node-%d", i)
 		if got := tab.intern(&name); *got != name {
@@ -129,5 +131,48 @@ func TestStripKeepsOnlyCriticalLabels(t *testing.T) {
 	}
 	if other.Labels != nil {
 		t.Errorf("a Service matching no term kept labels %v", other.Labels)
+	}
+}
+
+// TestStripSharesRepeatedValues: two Services and two slices decoded
+// apart end up pointing at one copy of each value they have in common,
+// with the values unchanged.
+func TestStripSharesRepeatedValues(t *testing.T) {
+	svcWire, sliceWire := wireObjects(t)
+	strip := StripForProxy("this-node", CriticalServices{})
+	var ss [2]*v1.Service
+	var sls [2]*discovery.EndpointSlice
+	for i := range 2 {
+		ss[i], sls[i] = &v1.Service{}, &discovery.EndpointSlice{}
+		if ss[i].Unmarshal(svcWire) != nil || sls[i].Unmarshal(sliceWire) != nil {
+			t.Fatal("decoding the wire objects")
+		}
+		want, wantSl := ss[i].DeepCopy(), sls[i].DeepCopy()
+		strip(ss[i])
+		strip(sls[i])
+		stripService(want)
+		stripSlice(wantSl, ptr.To("this-node"))
+		if !equality.Semantic.DeepEqual(ss[i], want) || !equality.Semantic.DeepEqual(sls[i], wantSl) {
+			t.Fatalf("sharing changed a value:\n%+v\n%+v", ss[i], sls[i])
+		}
+	}
+	a, b := &ss[0].Spec, &ss[1].Spec
+	same := func(what string, x, y string) {
+		if unsafe.StringData(x) != unsafe.StringData(y) {
+			t.Errorf("%s not shared", what)
+		}
+	}
+	same("namespace", ss[0].Namespace, sls[1].Namespace)
+	same("port name", a.Ports[0].Name, b.Ports[0].Name)
+	same("protocol", string(a.Ports[0].Protocol), string(b.Ports[0].Protocol))
+	same("session affinity", string(a.SessionAffinity), string(b.SessionAffinity))
+	same("cluster IP", a.ClusterIP, a.ClusterIPs[0])
+	p, q := sls[0].Ports[0], sls[1].Ports[0]
+	if &a.IPFamilies[0] != &b.IPFamilies[0] || a.IPFamilyPolicy != b.IPFamilyPolicy ||
+		a.InternalTrafficPolicy != b.InternalTrafficPolicy || p.Name != q.Name || p.Port != q.Port || p.Protocol != q.Protocol {
+		t.Error("equal pointer fields not shared")
+	}
+	if cap(a.IPFamilies) != len(a.IPFamilies) {
+		t.Error("a shared family list has room to be appended to in place")
 	}
 }

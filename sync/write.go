@@ -72,7 +72,7 @@ func (w *writer) apply(key string, want *ServiceState) error {
 			}
 		},
 		func(e owned.SetEntry) {
-			if w.deferring && w.rec.entryRefs[e] == 0 {
+			if w.deferring && w.rec.entryRefs[owned.KeyOf(e)] == 0 {
 				w.pending.add(key, e, w.now) // recorded when written
 				return
 			}
@@ -163,7 +163,8 @@ func (w *writer) unbind(a netip.Addr) error {
 }
 
 func (w *writer) addEntry(e owned.SetEntry) error {
-	if w.rec.entryRefs[e] == 0 {
+	k := owned.KeyOf(e)
+	if w.rec.entryRefs[k] == 0 {
 		if err := w.grow.ensureCapacity(e.Set, w.rec.setSize[e.Set]+1); err != nil {
 			return err
 		}
@@ -181,20 +182,21 @@ func (w *writer) addEntry(e owned.SetEntry) error {
 		}
 		w.rec.setSize[e.Set]++
 	}
-	w.rec.entryRefs[e]++
+	w.rec.entryRefs[k]++
 	return nil
 }
 
 func (w *writer) removeEntry(e owned.SetEntry) error {
-	if w.rec.entryRefs[e] <= 1 {
+	k := owned.KeyOf(e)
+	if w.rec.entryRefs[k] <= 1 {
 		if err := w.observe("set_entry", "delete", w.kernel.IPSet.DeleteEntry(e.Set, e.Entry)); err != nil {
 			return err
 		}
-		delete(w.rec.entryRefs, e)
+		delete(w.rec.entryRefs, k)
 		w.rec.setSize[e.Set]--
 		return nil
 	}
-	w.rec.entryRefs[e]--
+	w.rec.entryRefs[k]--
 	return nil
 }
 
