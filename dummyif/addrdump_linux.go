@@ -57,7 +57,13 @@ func (n *Netlink) walkAddrs(idx int, reset func(), fn func(linkIndex int, a neti
 			return nil
 		}
 		li, a, ok := parseAddrMsg(data)
-		if !ok || idx != 0 && li != idx {
+		if idx != 0 && li != idx {
+			// A kernel before 4.20 ignores the filter: LocalAddresses
+			// then reads every link in one dump instead of one per link.
+			n.unfiltered.Store(true)
+			return nil
+		}
+		if !ok {
 			return nil
 		}
 		return fn(li, a)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -28,6 +29,10 @@ type Netlink struct {
 
 	mu    sync.Mutex
 	index int // 0 while unknown
+
+	// unfiltered: the kernel sent another link's address in a dump
+	// filtered by link (no NETLINK_GET_STRICT_CHK before 4.20).
+	unfiltered atomic.Bool
 }
 
 var _ Interface = (*Netlink)(nil)
@@ -227,32 +232,6 @@ func (n *Netlink) ListAddresses() ([]netip.Addr, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	return sortedUnique(out), nil
-}
-
-// LocalAddresses returns, sorted and deduplicated, every address on every
-// interface except the dummy link — loopback (127.0.0.1, ::1) and IPv6
-// link-local addresses included. Returning everything keeps this a plain
-// fact about the node: the external-IP "already local?" check wants all of
-// them, while NodePort wants non-loopback ones and filters itself
-// (addr.IsLoopback, addr.IsLinkLocalUnicast). If the dummy link does not
-// exist, nothing is excluded. Like ListAddresses it looks the link up
-// afresh, so a recreated link's addresses are never reported as local.
-func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
-	idx, err := n.freshIndex()
-	if err != nil && !errors.Is(err, ErrNoLink) {
-		return nil, err
-	}
-	var out []netip.Addr
-	err = n.walkAddrs(0, func() { out = out[:0] }, func(linkIndex int, a netip.Addr) error {
-		if linkIndex != idx {
-			out = append(out, a)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list local addresses: %w", err)
 	}
 	return sortedUnique(out), nil
 }
