@@ -4,7 +4,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -40,12 +43,21 @@ import (
 const maxEntryDelay = 250 * time.Millisecond
 
 // pendingEntries are the deferred entries, per set in the order wanted.
+//
+// Whether the oldest has waited maxEntryDelay is a flag a timer sets, not
+// a clock read: due runs after every service's sync, and in user-mode
+// Linux each clock read is a system call (0.9 s of the proxy's 53 CPU
+// seconds at 10,000 services, docs/benchmarks.md).
 type pendingEntries struct {
 	sets  map[string]*pendingSet
 	keys  map[owned.SetEntry][]string // the keys that want each entry
 	byKey map[string]int              // entries waiting per key
-	since time.Time                   // when the oldest entry began to wait
 	full  []string                    // sets with a message's worth: written at the sync's end
+
+	clock   clock.WithDelayedExecution
+	wait    uint64        // numbers the waits: one begins when an entry is deferred into an empty queue
+	overdue atomic.Uint64 // the wait whose oldest entry has waited maxEntryDelay (set by timer)
+	timer   clock.Timer   // ends the current wait
 }
 
 type pendingSet struct {
@@ -53,16 +65,17 @@ type pendingSet struct {
 	bytes   int // their room in a message
 }
 
-func newPendingEntries() *pendingEntries {
-	return &pendingEntries{sets: map[string]*pendingSet{}, keys: map[owned.SetEntry][]string{}, byKey: map[string]int{}}
+func newPendingEntries(clk clock.WithDelayedExecution) *pendingEntries {
+	return &pendingEntries{sets: map[string]*pendingSet{}, keys: map[owned.SetEntry][]string{}, byKey: map[string]int{},
+		clock: clk}
 }
 
 func (p *pendingEntries) empty() bool { return len(p.sets) == 0 }
 
 // add defers e for key.
-func (p *pendingEntries) add(key string, e owned.SetEntry, now func() time.Time) {
+func (p *pendingEntries) add(key string, e owned.SetEntry) {
 	if p.empty() {
-		p.since = now()
+		p.beginWait()
 	}
 	keys, waiting := p.keys[e]
 	if slices.Contains(keys, key) {
@@ -85,6 +98,23 @@ func (p *pendingEntries) add(key string, e owned.SetEntry, now func() time.Time)
 	}
 }
 
+// beginWait starts the clock on the first entry deferred into an empty
+// queue. The timer of an earlier wait may still fire: it marks its own
+// wait, which is over.
+func (p *pendingEntries) beginWait() {
+	p.wait++
+	wait := p.wait
+	p.timer = p.clock.AfterFunc(maxEntryDelay, func() { p.overdue.Store(wait) })
+}
+
+// endWait stops the timer once nothing waits.
+func (p *pendingEntries) endWait() {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
 // take removes set's entries, with the keys that want each.
 func (p *pendingEntries) take(set string) ([]ipset.Entry, map[ipset.Entry][]string) {
 	s := p.sets[set]
@@ -101,17 +131,20 @@ func (p *pendingEntries) take(set string) ([]ipset.Entry, map[ipset.Entry][]stri
 		}
 	}
 	p.full = slices.DeleteFunc(p.full, func(x string) bool { return x == set })
+	if p.empty() {
+		p.endWait()
+	}
 	return s.entries, keys
 }
 
 // due returns the sets whose entries should be written now: those with
 // a message's worth, or all of them when the oldest entry has waited
 // maxEntryDelay or KUBE-IPVS-IPS is full (it goes last, see above).
-func (p *pendingEntries) due(now func() time.Time) []string {
+func (p *pendingEntries) due() []string {
 	if p.empty() {
 		return nil
 	}
-	if now().Sub(p.since) >= maxEntryDelay || slices.ContainsFunc(p.full, isIPVSIPs) {
+	if p.overdue.Load() == p.wait || slices.ContainsFunc(p.full, isIPVSIPs) {
 		return p.names()
 	}
 	return slices.Clone(p.full)
@@ -199,9 +232,6 @@ func (w *writer) flushSets(sets []string) {
 				accepted[k] = append(accepted[k], se)
 			}
 		}
-	}
-	if w.pending.empty() {
-		w.pending.since = time.Time{}
 	}
 	for key, entries := range accepted {
 		old := w.rec.of(key)

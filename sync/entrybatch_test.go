@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
@@ -29,8 +31,9 @@ func TestColdStartWritesSetEntriesInBatches(t *testing.T) {
 	c := newBenchCluster(guardServices)
 	k := newBenchKernel(t, guardServices)
 	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
-	frozen := time.Now() // no flush for time: the count must not depend on the machine's speed
-	rec.write.now = func() time.Time { return frozen }
+	// A clock that never moves: no flush for time, so the count does not
+	// depend on the machine's speed.
+	rec.write.pending.clock = clocktesting.NewFakeClock(time.Now())
 	k.ResetCounts()
 	if res, err := fullSync(rec, c.want()); err != nil || len(res.Failed) > 0 || res.Prune != nil {
 		t.Fatalf("cold start: %v %v %v", err, res.Failed, res.Prune)
@@ -145,11 +148,11 @@ func TestDeferredEntriesFlush(t *testing.T) {
 func TestDeferredEntriesDueAndResync(t *testing.T) {
 	k := newKernel(t)
 	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
-	now := time.Now()
-	rec.write.now = func() time.Time { return now }
+	clk := clocktesting.NewFakeClock(time.Now())
+	rec.write.pending.clock = clk
 	rec.DeferEntries(true)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
-	now = now.Add(maxEntryDelay)
+	clk.Step(maxEntryDelay)
 	must(t, rec.Sync("ns/b", entryState(clusterEntry(2))))
 	if got := k.IPSet.Entries(owned.SetClusterIP); len(got) != 2 {
 		t.Fatalf("after maxEntryDelay: %v", got)
@@ -168,6 +171,39 @@ func TestDeferredEntriesDueAndResync(t *testing.T) {
 	}
 	if got := slices.Collect(maps.Keys(rec.rec.entryRefs)); len(got) != 2 {
 		t.Errorf("references held on %v", got)
+	}
+}
+
+// A wait ends when its entries are written: its timer, firing later, does
+// not make the next wait's entries due early, and the next wait has its
+// own maxEntryDelay.
+func TestDeferredEntriesEachWaitHasItsOwnDelay(t *testing.T) {
+	k := newKernel(t)
+	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
+	clk := clocktesting.NewFakeClock(time.Now())
+	rec.write.pending.clock = clk
+	rec.DeferEntries(true)
+	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
+	clk.Step(maxEntryDelay / 2)
+	if failed := rec.FlushEntries(); len(failed) != 0 { // the batch's end
+		t.Fatal(failed)
+	}
+	must(t, rec.Sync("ns/b", entryState(clusterEntry(2))))
+	clk.Step(maxEntryDelay / 2) // the first wait's deadline: it had no timer left
+	must(t, rec.Sync("ns/c", entryState(clusterEntry(3))))
+	if got := k.IPSet.Entries(owned.SetClusterIP); fmt.Sprint(got) != "[10.96.1.1,tcp:80]" {
+		t.Fatalf("half way through the second wait, KUBE-CLUSTER-IP holds %v", got)
+	}
+	if !clk.HasWaiters() {
+		t.Fatal("the second wait has no timer")
+	}
+	clk.Step(maxEntryDelay / 2)
+	must(t, rec.Sync("ns/d", entryState(clusterEntry(4))))
+	if got := k.IPSet.Entries(owned.SetClusterIP); len(got) != 4 {
+		t.Fatalf("after the second wait's maxEntryDelay, KUBE-CLUSTER-IP holds %v", got)
+	}
+	if clk.HasWaiters() {
+		t.Error("a timer is left with nothing waiting")
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -76,7 +78,7 @@ func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *
 		}
 	}}
 	r.write = &writer{kernel: k, rec: r.rec, drain: r.drain, grow: r.grow, observe: r.observe,
-		pending: newPendingEntries(), now: time.Now}
+		pending: newPendingEntries(clock.RealClock{})}
 	return r
 }
 

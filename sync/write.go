@@ -3,7 +3,6 @@ package sync
 import (
 	"errors"
 	"net/netip"
-	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/conntrack"
 	"github.com/ipvsproxy/ipvsproxy/internal/sorted"
@@ -30,7 +29,6 @@ type writer struct {
 	deferring   bool
 	pending     *pendingEntries
 	entryFailed map[string]error // keys whose deferred entries were refused
-	now         func() time.Time
 }
 
 // apply is Sync for a want without conflicts.
@@ -73,7 +71,7 @@ func (w *writer) apply(key string, want *ServiceState) error {
 		},
 		func(e owned.SetEntry) {
 			if w.deferring && w.rec.entryRefs[owned.KeyOf(e)] == 0 {
-				w.pending.add(key, e, w.now) // recorded when written
+				w.pending.add(key, e) // recorded when written
 				return
 			}
 			if err := w.addEntry(e); err != nil {
@@ -100,7 +98,7 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	// in the order the merge walk produced them, which is already sorted.
 	w.rec.store(key, have, got)
 	if w.deferring {
-		w.flushSets(w.pending.due(w.now))
+		w.flushSets(w.pending.due())
 	}
 	return errors.Join(errs...)
 }
