@@ -8,16 +8,17 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestSyncedWaitsForTheHandlers: the informer says it has synced while its
-// handler has not yet been given the objects; the proxy must wait for the
-// handler, or its first full pass would prune every service it has not
-// been told of yet.
-func TestSyncedWaitsForTheHandlers(t *testing.T) {
+// TestSyncedWaitsForTheHandler: the proxy's informers count as synced
+// only once their handler has been given the whole initial list, not when
+// the list has arrived; otherwise the first full pass would prune every
+// service the handler has not been told of yet.
+func TestSyncedWaitsForTheHandler(t *testing.T) {
 	client := fake.NewClientset()
 	for i := 0; i < 3; i++ {
 		svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}}
@@ -25,20 +26,36 @@ func TestSyncedWaitsForTheHandlers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inf := informers.NewSharedInformerFactory(client, 0).Core().V1().Services().Informer()
+	handled := make(chan string, 3)
 	release := make(chan struct{})
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { <-release }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inf := newInformer(client, "services", &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Services("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Services("").Watch(ctx, o)
+		},
+	}, &v1.Service{}, cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		name := obj.(*v1.Service).Name
+		handled <- name
+		if name == "s2" { // the list's last: held until released
+			<-release
+		}
+	}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go inf.RunWithContext(ctx)
-	synced := handlersSynced(reg)
+	synced := allSynced([]cache.Controller{inf})
 
-	waitUntil(t, "the informer's own HasSynced", inf.HasSynced)
+	for i := 0; i < 3; i++ {
+		select {
+		case <-handled:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the handler was given %d of 3 services", i)
+		}
+	}
 	if synced() {
-		t.Fatal("synced while the handler has not been given a single Service")
+		t.Fatal("synced while the handler is still being given the list's last Service")
 	}
 	close(release)
 	waitUntil(t, "the handler synced", synced)
@@ -46,7 +63,7 @@ func TestSyncedWaitsForTheHandlers(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
