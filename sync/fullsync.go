@@ -6,6 +6,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -43,11 +46,32 @@ import (
 type fullPass struct {
 	r       *Reconciler
 	snap    *kernelSnapshot
-	reads   []func() error // the snapshot's dumps not done yet
-	keys    []string       // every key known when the pass began, sorted
-	next    int            // keys[next:] are still to do
+	reads   []kernelRead // the snapshot's dumps not done yet
+	readLog readTimes    // how long they took
+	keys    []string     // every key known when the pass began, sorted
+	next    int          // keys[next:] are still to do
 	failed  map[string]error
 	adopted int
+}
+
+// readTimes sums a pass's kernel reads, logged once per pass at -v=2. A
+// read (one dump) is never split over steps, so a change that arrives
+// while it runs waits for it: the longest is what bounds the change
+// latency during passes (bench100k).
+type readTimes struct {
+	total, longest time.Duration
+	longestWhat    string
+}
+
+func (t *readTimes) add(what string, d time.Duration) {
+	t.total += d
+	if d > t.longest {
+		t.longest, t.longestWhat = d, what
+	}
+}
+
+func (t *readTimes) report() {
+	klog.V(2).InfoS("Full pass read the kernel", "took", t.total, "longestRead", t.longestWhat, "longestReadTook", t.longest)
 }
 
 // FullSyncResult says what a full pass found and did.
@@ -121,13 +145,16 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 	for len(p.reads) > 0 {
 		read := p.reads[0]
 		p.reads = p.reads[1:]
-		if err := read(); err != nil {
+		start := time.Now()
+		if err := read.do(); err != nil {
 			// Without a true picture of the kernel, keep the records we have.
 			r.endPass()
 			return StepResult{ReadErr: fmt.Errorf("%w: %w", ErrPassRead, err)}
 		}
+		p.readLog.add(read.what, time.Since(start))
 		if len(p.reads) == 0 {
 			r.endAdoption() // the pass's read is newer than the start-up one
+			p.readLog.report()
 		}
 		if stop() {
 			return StepResult{}

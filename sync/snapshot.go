@@ -75,7 +75,7 @@ func newKernelSnapshot(n snapshotSize) *kernelSnapshot {
 func readSnapshot(k owned.Kernel, sets []string) (*kernelSnapshot, error) {
 	snap := newKernelSnapshot(snapshotSize{})
 	for _, read := range snap.reads(k, sets) {
-		if err := read(); err != nil {
+		if err := read.do(); err != nil {
 			return nil, err
 		}
 	}
@@ -93,15 +93,15 @@ func readSnapshot(k owned.Kernel, sets []string) (*kernelSnapshot, error) {
 // sync keeps the parts already read true (noteSynced) and the parts read
 // later see the kernel after it, so the snapshot is as true as one read
 // at once.
-func (s *kernelSnapshot) reads(k owned.Kernel, sets []string) []func() error {
-	reads := []func() error{func() error {
+func (s *kernelSnapshot) reads(k owned.Kernel, sets []string) []kernelRead {
+	reads := []kernelRead{{"addresses", func() error {
 		return k.Dummy.WalkAddresses(func() { clear(s.addrs) }, func(a netip.Addr) error {
 			s.addrs[a] = true
 			return nil
 		})
-	}}
+	}}}
 	for _, set := range sets {
-		reads = append(reads, func() error {
+		reads = append(reads, kernelRead{set, func() error {
 			reset := func() {
 				for e := range s.entries {
 					if e.Set() == set {
@@ -113,14 +113,21 @@ func (s *kernelSnapshot) reads(k owned.Kernel, sets []string) []func() error {
 				s.entries[owned.KeyOf(owned.SetEntry{Set: set, Entry: e})] = true
 				return nil
 			})
-		})
+		}})
 	}
-	return append(reads, func() error {
+	return append(reads, kernelRead{"virtual servers", func() error {
 		return k.IPVS.WalkVirtualServers(func() { clear(s.vs) }, func(v ipvs.VirtualServer) error {
 			s.vs[v.ServiceKey] = newKernelVS(v)
 			return nil
 		})
-	})
+	}})
+}
+
+// kernelRead is one dump of a snapshot: what it reads (an address list, a
+// set, the virtual servers) and the read.
+type kernelRead struct {
+	what string
+	do   func() error
 }
 
 // load reads the real servers of the virtual server k, once per
