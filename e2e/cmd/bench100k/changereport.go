@@ -24,10 +24,13 @@ const (
 	classUnknown = "unclassified"
 )
 
-// passSpan is one full pass, seconds from the launch.
+// passSpan is one full pass, seconds from the launch, with its longest
+// kernel read (one dump: a change arriving meanwhile waits for it).
 type passSpan struct {
-	StartSeconds float64 `json:"startSeconds"`
-	EndSeconds   float64 `json:"endSeconds"`
+	StartSeconds  float64 `json:"startSeconds"`
+	EndSeconds    float64 `json:"endSeconds"`
+	LongestRead   string  `json:"longestRead,omitempty"`
+	LongestReadMs float64 `json:"longestReadMs,omitempty"`
 }
 
 // latencyStats are one class's latencies (nearest rank).
@@ -104,22 +107,37 @@ func (ch *changer) report(logPath string) changeLatency {
 // start banner): klog's text format,
 //
 //	I1202 06:10:02.123456     183 batch.go:303] "Full pass done" services=2002 adopted=0 failed=0 duration="1.234s"
+//
+// and each pass's read line before it (proxies from before it have none):
+//
+//	I1202 06:10:01.523456     183 fullsync.go:80] "Full pass read the kernel" took="612ms" longestRead="virtual servers" longestReadTook="301ms"
 func parsePasses(text string, launched time.Time) []passSpan {
 	if i := strings.LastIndex(text, "===== bench100k: starting "); i >= 0 {
 		text = text[i:]
 	}
 	var out []passSpan
+	var read map[string]string // the read line of the pass being parsed
 	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, `] "Full pass read the kernel"`) {
+			read = klogValues(line)
+			continue
+		}
 		if !strings.Contains(line, `] "Full pass done"`) {
 			continue
 		}
+		longest, longestTook := read["longestRead"], durationSeconds(read["longestReadTook"])
+		read = nil
 		d := durationSeconds(klogValues(line)["duration"])
 		at, ok := klogTime(line, launched)
 		if !ok || d < 0 {
 			continue
 		}
 		end := at.Sub(launched).Seconds()
-		out = append(out, passSpan{StartSeconds: end - d, EndSeconds: end})
+		span := passSpan{StartSeconds: end - d, EndSeconds: end}
+		if longestTook >= 0 && longest != "" {
+			span.LongestRead, span.LongestReadMs = longest, longestTook*1000
+		}
+		out = append(out, span)
 	}
 	return out
 }
@@ -139,6 +157,17 @@ func classify(t float64, passes []passSpan) string {
 		return classBetween
 	}
 	return classUnknown
+}
+
+// longestRead is the pass whose longest read was the longest.
+func longestRead(passes []passSpan) passSpan {
+	var out passSpan
+	for _, p := range passes {
+		if p.LongestReadMs > out.LongestReadMs {
+			out = p
+		}
+	}
+	return out
 }
 
 func stats(ms []float64) latencyStats {
@@ -177,6 +206,10 @@ func (r *report) changesMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "| target: p99 of the changes during passes ≤ %.0f ms | %s |\n", changeTargetMs, c.Target)
 	fmt.Fprintf(b, "| changes not seen within %v (counted at that) | %d |\n", changeTimeout, c.TimedOut)
 	fmt.Fprintf(b, "| full passes in the proxy's log | %d |\n", len(c.Passes))
+	if p := longestRead(c.Passes); p.LongestRead != "" {
+		fmt.Fprintf(b, "| longest kernel read of a pass (one dump; a change waits for it) | %.0f ms (%s) |\n",
+			p.LongestReadMs, p.LongestRead)
+	}
 	fmt.Fprintf(b, "| restored slices back in the kernel, drained servers gone (s) | %s |\n", seconds(c.RestoreSeconds, "never"))
 	if c.Error != "" {
 		fmt.Fprintf(b, "| stopped early | %s |\n", c.Error)

@@ -117,15 +117,19 @@ func TestClassifyByLoggedPasses(t *testing.T) {
 	launched := time.Date(2026, 12, 2, 6, 0, 0, 0, time.Local)
 	log := `I1202 05:59:59.000000     1 main.go:1] "old run"
 ===== bench100k: starting ipvsproxy
+I1202 06:00:09.000000     183 fullsync.go:80] "Full pass read the kernel" took="612ms" longestRead="virtual servers" longestReadTook="301.5ms"
 I1202 06:00:10.500000     183 batch.go:303] "Full pass done" services=2002 adopted=0 failed=0 duration="2.5s"
 I1202 06:00:20.000000     183 batch.go:303] "Other"
 I1202 06:01:00.000000     183 batch.go:303] "Full pass done" services=2002 adopted=0 failed=0 duration="1m0s"
 `
 	passes := parsePasses(log, launched)
-	if len(passes) != 2 || passes[0] != (passSpan{8, 10.5}) || passes[1] != (passSpan{0, 60}) {
+	if len(passes) != 2 || passes[0] != (passSpan{8, 10.5, "virtual servers", 301.5}) || passes[1] != (passSpan{0, 60, "", 0}) {
 		t.Fatalf("passes %v", passes)
 	}
-	passes = []passSpan{{8, 10.5}, {30, 60}}
+	if p := longestRead(passes); p.LongestRead != "virtual servers" {
+		t.Errorf("longest read %v", p)
+	}
+	passes = []passSpan{{StartSeconds: 8, EndSeconds: 10.5}, {StartSeconds: 30, EndSeconds: 60}}
 	for _, c := range []struct {
 		t    float64
 		want string
@@ -154,12 +158,12 @@ func TestChangesMarkdown(t *testing.T) {
 	}
 	ch := &changer{results: []changeResult{{WrittenSeconds: 9, LatencyMs: 40}, {WrittenSeconds: 20, LatencyMs: 250}}, restoreSeconds: 3}
 	r.Changes = ch.report("/nonexistent")
-	r.Changes.Passes = []passSpan{{8, 10.5}}
+	r.Changes.Passes = []passSpan{{StartSeconds: 8, EndSeconds: 10.5, LongestRead: "KUBE-CLUSTER-IP", LongestReadMs: 42}}
 	if r.Changes.Target != "not checked (no change during a pass)" || r.Changes.Unclassified.Count != 2 || r.Changes.Error == "" {
 		t.Errorf("without a log: %+v", r.Changes)
 	}
 	md := r.markdown()
-	for _, want := range []string{"| during a pass | 0 |", "| unclassified (after the last pass logged as ended) | 2 | 40.0 | 250.0 | 250.0 |", "| stopped early | proxy log: "} {
+	for _, want := range []string{"| during a pass | 0 |", "| unclassified (after the last pass logged as ended) | 2 | 40.0 | 250.0 | 250.0 |", "| stopped early | proxy log: ", "| longest kernel read of a pass (one dump; a change waits for it) | 42 ms (KUBE-CLUSTER-IP) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
