@@ -87,6 +87,7 @@ type Runner struct {
 
 	rep *reporter
 
+	stamps     stampClock    // the changes' arrival times
 	lastQueued atomic.Int64  // unix nanos of the oldest change not yet synced; 0 when none
 	lastSynced atomic.Int64  // unix nanos of the end of the last batch without a node-wide failure
 	ready      chan struct{} // closed when the first full pass has completed
@@ -126,6 +127,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 	r := &Runner{
 		cfg:         cfg,
 		clock:       cfg.Clock,
+		stamps:      stampClock{clock: cfg.Clock},
 		tracker:     t,
 		rec:         rec,
 		metrics:     m,
@@ -202,7 +204,7 @@ func signal(c chan struct{}) {
 }
 
 func (r *Runner) changed(key string, endpoints bool) {
-	now := r.clock.Now()
+	now := r.stamps.Now()
 	r.lastQueued.CompareAndSwap(0, now.UnixNano())
 	r.metrics.changed(endpoints, now)
 	if r.critical.following() && r.isCritical(key) {
