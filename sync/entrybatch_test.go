@@ -143,14 +143,21 @@ func TestDeferredEntriesFlush(t *testing.T) {
 	}
 }
 
-// A deferred entry waits at most maxEntryDelay, and a key synced again
-// has its waiting entries written first, so its record stays true.
-func TestDeferredEntriesDueAndResync(t *testing.T) {
+// deferringWithFakeClock is a reconciler deferring set entries, whose
+// deadline runs on the returned clock.
+func deferringWithFakeClock(t *testing.T) (*kernel, *Reconciler, *clocktesting.FakeClock) {
 	k := newKernel(t)
 	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec.write.pending.clock = clk
 	rec.DeferEntries(true)
+	return k, rec, clk
+}
+
+// A deferred entry waits at most maxEntryDelay, and a key synced again
+// has its waiting entries written first, so its record stays true.
+func TestDeferredEntriesDueAndResync(t *testing.T) {
+	k, rec, clk := deferringWithFakeClock(t)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
 	clk.Step(maxEntryDelay)
 	must(t, rec.Sync("ns/b", entryState(clusterEntry(2))))
@@ -178,11 +185,7 @@ func TestDeferredEntriesDueAndResync(t *testing.T) {
 // not make the next wait's entries due early, and the next wait has its
 // own maxEntryDelay.
 func TestDeferredEntriesEachWaitHasItsOwnDelay(t *testing.T) {
-	k := newKernel(t)
-	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
-	clk := clocktesting.NewFakeClock(time.Now())
-	rec.write.pending.clock = clk
-	rec.DeferEntries(true)
+	k, rec, clk := deferringWithFakeClock(t)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
 	clk.Step(maxEntryDelay / 2)
 	if failed := rec.FlushEntries(); len(failed) != 0 { // the batch's end
