@@ -301,7 +301,7 @@ func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]er
 		r.cfg.OnFullSync(r.rec.Counts())
 	}
 	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
-		"failed", len(res.Failed), "duration", took)
+		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
 	return true, res.Prune
 }
 
@@ -341,6 +341,7 @@ func (r *Runner) beginFullPass() error {
 			return err
 		}
 	}
+	r.passPrepareTook = r.clock.Since(start)
 	r.rec.BeginPass(r.tracker.Keys())
 	r.passStart = start
 	return nil

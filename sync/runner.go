@@ -97,6 +97,10 @@ type Runner struct {
 	informersSynced atomic.Bool
 	listedAt        atomic.Int64 // nanoseconds from Started to informersSynced
 	passStart       time.Time    // when the running full pass began
+	// passPrepareTook is the running pass's node-wide set-up (Prepare: the
+	// rules' read-back runs iptables-save, processes that take seconds on
+	// a slow host), logged with the pass's duration.
+	passPrepareTook time.Duration
 }
 
 // NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the
