@@ -238,3 +238,94 @@ func TestAddRealServersAllocationsDoNotGrow(t *testing.T) {
 	}
 	t.Logf("allocations per batch: %v", allocs)
 }
+
+// serviceAdds returns n services 10.96.<i/250>.<i%250+1>:80/tcp with
+// perService real servers each.
+func serviceAdds(n, perService int) []ServiceAdd {
+	out := make([]ServiceAdd, n)
+	for i := range out {
+		a := netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(i%250 + 1)})
+		out[i] = ServiceAdd{VS: VirtualServer{ServiceKey: ServiceKey{Address: a, Protocol: TCP, Port: 80}, Scheduler: "rr"},
+			Reals: reals(perService)}
+	}
+	return out
+}
+
+// AddServices sends, byte for byte, the requests AddVirtualServer and
+// AddRealServer send for the same objects, in order (each virtual server
+// before its real servers), in one send for up to nlconn.MaxPipelined
+// messages (fewer when their acknowledgements would not fit the receive
+// buffer: a scripted socket's is the kernel's default, room for 145): 20
+// services of 5 real servers are 120 messages, one round trip instead of
+// 120 (or 40 with AddRealServers per service).
+func TestAddServicesWire(t *testing.T) {
+	adds := serviceAdds(20, 5)
+	adds[7].VS = VirtualServer{ServiceKey: key(UDP, "[fd00::a]:53"), Scheduler: "mh", Flags: FlagSchedFlag1, Timeout: 0}
+	adds[7].Reals = []RealServer{{RealKey: rkey("[fd00::5]:53"), Weight: 1}}
+	one, k1 := scriptedHandle(t, acking)
+	for _, a := range adds {
+		mustOK(t, one.AddVirtualServer(a.VS))
+		for _, rs := range a.Reals {
+			mustOK(t, one.AddRealServer(a.VS.ServiceKey, rs))
+		}
+	}
+	batched, k2 := scriptedHandle(t, acking)
+	if errs := batched.AddServices(adds); errs != nil {
+		t.Fatal(errs)
+	}
+	if len(k2.Reqs) != len(k1.Reqs) {
+		t.Fatalf("%d messages batched, %d one by one", len(k2.Reqs), len(k1.Reqs))
+	}
+	for i := range k1.Reqs {
+		if a, b := withoutSeq(k1.Reqs[i]), withoutSeq(k2.Reqs[i]); !bytes.Equal(a, b) {
+			t.Errorf("message %d:\nbatched %x\none     %x\n%s", i, b, a, wireText(t, b))
+		}
+	}
+	if k2.SendCount() != 1 {
+		t.Errorf("%d messages in %d sends, want 1", len(k2.Reqs), k2.SendCount())
+	}
+}
+
+// The kernel's refusals come back at their adds and real servers, as the
+// errors the single calls return: a virtual server that exists
+// (IsExist), a scheduler that is not loaded (MissingScheduler), its real
+// servers refused after it (IsNotExist); a virtual server that fails
+// validation sends nothing, its real servers get no error; the rest is
+// written.
+func TestAddServicesErrors(t *testing.T) {
+	adds := serviceAdds(4, 2)
+	adds[1].VS.Scheduler = "twos"
+	adds[2].VS.Scheduler = "" // refused before the kernel
+	refuse := map[int]unix.Errno{0: syscall.EEXIST, 3: syscall.ENOENT, 4: syscall.ESRCH, 5: syscall.ESRCH}
+	h, k := scriptedHandle(t, func(n int, seq uint32, _ []byte) []any {
+		return []any{nlconntest.Ack(seq, refuse[n])}
+	})
+	errs := h.AddServices(adds)
+	if len(errs) != len(adds) {
+		t.Fatalf("errors %v, want one per add", errs)
+	}
+	if !IsExist(errs[0].VS) || errs[0].Reals != nil {
+		t.Errorf("existing virtual server: %+v", errs[0])
+	}
+	if name, ok := MissingScheduler(errs[1].VS); !ok || name != "twos" || !IsNotExist(errs[1].Reals[0]) || !IsNotExist(errs[1].Reals[1]) {
+		t.Errorf("missing scheduler: %+v", errs[1])
+	}
+	if errs[2].VS == nil || errs[2].Reals != nil {
+		t.Errorf("invalid virtual server: %+v", errs[2])
+	}
+	if errs[3].VS != nil || errs[3].Reals != nil {
+		t.Errorf("written: %+v", errs[3])
+	}
+	if want := one(t, adds[1].VS); fmt.Sprint(errs[1].VS) != want {
+		t.Errorf("missing scheduler: %v, want the error AddVirtualServer returns: %s", errs[1].VS, want)
+	}
+	if len(k.Reqs) != 9 || k.SendCount() != 1 {
+		t.Errorf("%d messages in %d sends; want the 9 of the valid adds in 1", len(k.Reqs), k.SendCount())
+	}
+}
+
+// one is AddVirtualServer's error for vs refused with ENOENT.
+func one(t *testing.T, vs VirtualServer) string {
+	h, _ := scriptedHandle(t, func(_ int, seq uint32, _ []byte) []any { return []any{nlconntest.Ack(seq, syscall.ENOENT)} })
+	return fmt.Sprint(h.AddVirtualServer(vs))
+}

@@ -111,3 +111,76 @@ func TestSandboxAddRealServersRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxAddServices creates 300 virtual servers of 4 real servers
+// each in one AddServices (1,500 messages: six sends), next to an
+// existing one (IsExist, its real servers added to it), one with a
+// scheduler the kernel does not have (MissingScheduler, its real servers
+// IsNotExist) and one without a scheduler (refused before the kernel):
+// the kernel ends as the Fake given the same call, and both answer the
+// same errors. The time is logged next to the same writes one by one.
+func TestSandboxAddServices(t *testing.T) {
+	h, f := newHandle(t), NewFake()
+	flush(t, h)
+	adds := make([]ServiceAdd, 303)
+	for i := range adds {
+		vs := VirtualServer{ServiceKey: svc(TCP, fmt.Sprintf("10.97.%d.%d:80", i/250, i%250+1)), Scheduler: "rr"}
+		adds[i] = ServiceAdd{VS: vs, Reals: reals(4)}
+	}
+	existing, missing, invalid := 10, 20, 30
+	adds[missing].VS.Scheduler = "nosuch"
+	adds[invalid].VS.Scheduler = ""
+	for _, impl := range []Interface{h, f} {
+		mustOK(t, impl.AddVirtualServer(VirtualServer{ServiceKey: adds[existing].VS.ServiceKey, Scheduler: "wrr"}))
+	}
+	start := time.Now()
+	hErrs := h.AddServices(adds)
+	batched := time.Since(start)
+	fErrs := f.AddServices(adds)
+	if len(hErrs) != len(adds) || len(fErrs) != len(adds) {
+		t.Fatalf("%d and %d results, want one per add", len(hErrs), len(fErrs))
+	}
+	for i := range adds {
+		if fmt.Sprint(hErrs[i]) != fmt.Sprint(fErrs[i]) {
+			t.Errorf("add %d: kernel %v, Fake %v", i, hErrs[i], fErrs[i])
+		}
+		e := hErrs[i]
+		switch i {
+		case existing:
+			if !IsExist(e.VS) || e.Reals != nil {
+				t.Errorf("existing virtual server: %v", e)
+			}
+		case missing:
+			if name, ok := MissingScheduler(e.VS); !ok || name != "nosuch" || len(e.Reals) != 4 || !IsNotExist(e.Reals[3]) {
+				t.Errorf("missing scheduler: %v", e)
+			}
+		case invalid:
+			if e.VS == nil || e.Reals != nil {
+				t.Errorf("invalid virtual server: %v", e)
+			}
+		default:
+			if e.VS != nil || e.Reals != nil {
+				t.Errorf("add %d: %v", i, e)
+			}
+		}
+	}
+	assertSame(t, h, f)
+	if got, err := h.ListVirtualServers(); err != nil || len(got) != len(adds)-2 {
+		t.Errorf("%d virtual servers in the kernel (%v), want %d", len(got), err, len(adds)-2)
+	}
+
+	flush(t, h)
+	start = time.Now()
+	for _, a := range adds {
+		if a.VS.Scheduler != "rr" {
+			continue
+		}
+		mustOK(t, h.AddVirtualServer(a.VS))
+		for _, rs := range a.Reals {
+			mustOK(t, h.AddRealServer(a.VS.ServiceKey, rs))
+		}
+	}
+	oneByOne := time.Since(start)
+	t.Logf("300 virtual servers of 4 real servers: one by one %v, AddServices %v: %.1f× faster",
+		oneByOne, batched, float64(oneByOne)/float64(max(batched, 1)))
+}

@@ -98,7 +98,10 @@ const (
 	verbAddRealServer       = "AddRealServer"
 	// VerbAddRealServers counts the Fake's batched sends (AddRealServers),
 	// one per nlconn.MaxPipelined real servers sent, as the Handle's.
-	VerbAddRealServers   = "AddRealServers"
+	VerbAddRealServers = "AddRealServers"
+	// VerbAddServices counts the Fake's AddServices sends, one per
+	// nlconn.MaxPipelined messages, as the Handle's.
+	VerbAddServices      = "AddServices"
 	verbUpdateRealServer = "UpdateRealServer"
 	verbDeleteRealServer = "DeleteRealServer"
 	verbGetTimeouts      = "GetTimeouts"
@@ -107,7 +110,7 @@ const (
 
 var verbs = map[string]bool{
 	verbListVirtualServers: true, verbAddVirtualServer: true, verbUpdateVirtualServer: true,
-	verbDeleteVirtualServer: true, verbListRealServers: true, verbAddRealServer: true, VerbAddRealServers: true,
+	verbDeleteVirtualServer: true, verbListRealServers: true, verbAddRealServer: true, VerbAddRealServers: true, VerbAddServices: true,
 	verbUpdateRealServer: true, verbDeleteRealServer: true, verbGetTimeouts: true,
 	verbSetTimeouts: true, verbWalkVirtualServers: true, verbWalkRealServers: true,
 }

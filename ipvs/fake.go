@@ -59,7 +59,8 @@ type Call struct {
 	Verb    string     // the Interface method name
 	Service ServiceKey // zero for ListVirtualServers, GetTimeouts, SetTimeouts
 	Real    RealKey    // zero unless the verb is about a real server
-	// Batched is set for the real servers of an AddRealServers call.
+	// Batched is set for the messages of an AddRealServers or AddServices
+	// call.
 	Batched bool
 }
 
@@ -237,6 +238,12 @@ func (f *Fake) putService(verb string, vs VirtualServer) error {
 	if err := f.begin(Call{Verb: verb, Service: vs.ServiceKey}, vs.Scheduler); err != nil {
 		return err
 	}
+	return f.putServiceLocked(verb, vs)
+}
+
+// putServiceLocked is putService after the call was counted and checked
+// for faults; the caller holds f.mu.
+func (f *Fake) putServiceLocked(verb string, vs VirtualServer) error {
 	if err := validateVirtualServer(vs); err != nil {
 		return opError(verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
 	}
@@ -346,26 +353,9 @@ func (f *Fake) AddRealServers(vs ServiceKey, reals []RealServer) []error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var errs []error
-	var sendErr error // a fault on the send fails all its real servers
-	sent := 0
+	b := fakeBatch{f: f, verb: VerbAddRealServers, service: vs}
 	for i, rs := range reals {
-		valid := validateReal(vs, rs) == nil // the Handle sends only these
-		if valid && sent%nlconn.MaxPipelined == 0 {
-			f.Inc(VerbAddRealServers)
-			sendErr = f.Check(VerbAddRealServers, Call{Verb: VerbAddRealServers, Service: vs})
-		}
-		c := Call{Verb: verbAddRealServer, Service: vs, Real: rs.RealKey, Batched: true}
-		err := f.Check(c.Verb, c)
-		if valid {
-			sent++
-			err = cmp.Or(sendErr, err)
-		}
-		if err != nil {
-			err = opError(c.Verb, vs, rs.RealKey, "", err)
-		} else {
-			err = f.putRealLocked(c.Verb, vs, rs)
-		}
-		if err != nil {
+		if err := b.addReal(vs, rs); err != nil {
 			if errs == nil {
 				errs = make([]error, len(reals))
 			}
@@ -373,6 +363,83 @@ func (f *Fake) AddRealServers(vs ServiceKey, reals []RealServer) []error {
 		}
 	}
 	return errs
+}
+
+// AddServices implements Interface: AddVirtualServer then AddRealServers
+// for each add, counted as the Handle's sends (see Fake).
+func (f *Fake) AddServices(adds []ServiceAdd) []ServiceAddErrors {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []ServiceAddErrors
+	fail := func(i int) *ServiceAddErrors {
+		if errs == nil {
+			errs = make([]ServiceAddErrors, len(adds))
+		}
+		return &errs[i]
+	}
+	b := fakeBatch{f: f, verb: VerbAddServices}
+	for i, a := range adds {
+		if validateVirtualServer(a.VS) != nil {
+			fail(i).VS = f.putServiceLocked(verbAddVirtualServer, a.VS) // the Handle sends nothing of it
+			continue
+		}
+		if err := b.addService(a.VS); err != nil {
+			fail(i).VS = err
+		}
+		for j, rs := range a.Reals {
+			if err := b.addReal(a.VS.ServiceKey, rs); err != nil {
+				e := fail(i)
+				if e.Reals == nil {
+					e.Reals = make([]error, len(a.Reals))
+				}
+				e.Reals[j] = err
+			}
+		}
+	}
+	return errs
+}
+
+// fakeBatch is one batched call's messages: counted, checked for faults
+// and applied as the Handle sends them. A send is counted (as verb) for
+// each nlconn.MaxPipelined valid messages; a fault on a send fails all
+// its messages, and each message is checked as its own call, Batched.
+type fakeBatch struct {
+	f       *Fake
+	verb    string
+	service ServiceKey // the Call's service for a send's fault matcher
+	sent    int
+	sendErr error
+}
+
+// send counts a message the Handle would send (a valid one) and returns
+// its send's fault, if any.
+func (b *fakeBatch) send() error {
+	if b.sent%nlconn.MaxPipelined == 0 {
+		b.f.Inc(b.verb)
+		b.sendErr = b.f.Check(b.verb, Call{Verb: b.verb, Service: b.service})
+	}
+	b.sent++
+	return b.sendErr
+}
+
+func (b *fakeBatch) addService(vs VirtualServer) error {
+	c := Call{Verb: verbAddVirtualServer, Service: vs.ServiceKey, Batched: true}
+	if err := cmp.Or(b.send(), b.f.Check(c.Verb, c)); err != nil {
+		return opError(c.Verb, vs.ServiceKey, RealKey{}, vs.Scheduler, err)
+	}
+	return b.f.putServiceLocked(c.Verb, vs)
+}
+
+func (b *fakeBatch) addReal(vs ServiceKey, rs RealServer) error {
+	c := Call{Verb: verbAddRealServer, Service: vs, Real: rs.RealKey, Batched: true}
+	err := b.f.Check(c.Verb, c)
+	if validateReal(vs, rs) == nil { // the Handle sends only these
+		err = cmp.Or(b.send(), err)
+	}
+	if err != nil {
+		return opError(c.Verb, vs, rs.RealKey, "", err)
+	}
+	return b.f.putRealLocked(c.Verb, vs, rs)
 }
 
 func (f *Fake) putReal(verb string, vs ServiceKey, rs RealServer) error {

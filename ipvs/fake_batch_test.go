@@ -101,3 +101,72 @@ func TestFakeAddRealServersSendFault(t *testing.T) {
 		t.Errorf("%d real servers written, want the second send's 2", len(got))
 	}
 }
+
+// The Fake's AddServices is AddVirtualServer and AddRealServer for each
+// in turn: the same state and errors (an existing virtual server, a
+// scheduler not loaded and its real servers, an invalid virtual server,
+// an injected fault), counted as sends of nlconn.MaxPipelined messages.
+func TestFakeAddServicesIsOneByOne(t *testing.T) {
+	adds := make([]ServiceAdd, 5)
+	for i := range adds {
+		vs := VirtualServer{ServiceKey: key(TCP, fmt.Sprintf("10.96.0.%d:80", i+1)), Scheduler: "rr"}
+		adds[i] = ServiceAdd{VS: vs, Reals: reals(3)}
+	}
+	adds[1].VS.Scheduler = "twos"
+	adds[2].VS.Scheduler = ""
+	boom := errors.New("boom")
+	setup := func() *Fake {
+		f := NewFake()
+		f.UnloadScheduler("twos", false)
+		mustOK(t, f.AddVirtualServer(adds[0].VS)) // already there
+		f.FailOn("AddRealServer", func(c Call) bool { return c.Service == adds[4].VS.ServiceKey && c.Real == adds[4].Reals[1].RealKey }, boom)
+		f.ResetCounts()
+		return f
+	}
+	one, batched := setup(), setup()
+	var want []error
+	for _, a := range adds {
+		want = append(want, one.AddVirtualServer(a.VS))
+		for _, rs := range a.Reals {
+			if validateVirtualServer(a.VS) == nil {
+				want = append(want, one.AddRealServer(a.VS.ServiceKey, rs))
+			} else {
+				want = append(want, nil)
+			}
+		}
+	}
+	errs := batched.AddServices(adds)
+	var got []error
+	for i, a := range adds {
+		got = append(got, errs[i].VS)
+		for j := range a.Reals {
+			var err error
+			if errs[i].Reals != nil {
+				err = errs[i].Reals[j]
+			}
+			got = append(got, err)
+		}
+	}
+	for i := range want {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) || errors.Is(got[i], boom) != errors.Is(want[i], boom) {
+			t.Errorf("write %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if one.String() != batched.String() {
+		t.Errorf("batched state\n%s\none by one\n%s", batched.String(), one.String())
+	}
+	if want := map[string]int{"AddServices": 1}; !maps.Equal(batched.Counts(), want) {
+		t.Errorf("counts %v, want %v", batched.Counts(), want)
+	}
+	f := NewFake()
+	many := make([]ServiceAdd, 100)
+	for i := range many {
+		many[i] = ServiceAdd{VS: VirtualServer{ServiceKey: key(TCP, fmt.Sprintf("10.96.1.%d:80", i+1)), Scheduler: "rr"}, Reals: reals(4)}
+	}
+	if errs := f.AddServices(many); errs != nil {
+		t.Fatal(errs)
+	}
+	if sends := (500 + nlconn.MaxPipelined - 1) / nlconn.MaxPipelined; f.Count("AddServices") != sends || f.Count("AddVirtualServer") != 0 {
+		t.Errorf("500 messages: counts %v, want %d AddServices", f.Counts(), sends)
+	}
+}

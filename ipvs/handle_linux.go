@@ -32,11 +32,12 @@ type Handle struct {
 	writes *nlconn.Conn
 	dumps  *nlconn.Conn
 
-	// batchMu guards the buffers AddRealServers reuses. Holding it for a
-	// whole batch serialises nothing more: the writes socket does anyway.
+	// batchMu guards the buffers the batched writes reuse (batch_linux.go).
+	// Holding it for a whole batch serialises nothing more: the writes
+	// socket does anyway.
 	batchMu sync.Mutex
-	batch   []byte // the messages of a batch, back to back
-	sent    []int  // for each message, its real server's index
+	batch   []byte      // the messages of a batch, back to back
+	sent    []batchSlot // for each message, what it writes
 }
 
 var _ Interface = (*Handle)(nil)
@@ -187,52 +188,6 @@ func (h *Handle) destCmd(verb string, cmd uint8, vs ServiceKey, rs RealServer) e
 	err := h.writes.Execute(h.destRequest(cmd, vs, rs), nil)
 	return opError(verb, vs, rs.RealKey, "", err)
 }
-
-// AddRealServers adds reals to vs with masquerading, in their order, as
-// AddRealServer for each in turn would, but pipelined: the requests go
-// to the kernel many per send (nlconn.ExecutePipelined), one round trip
-// for up to nlconn.MaxPipelined of them. A real server the kernel
-// refuses does not stop the ones after it. It returns nil when every one
-// was written, else one error per real server, nil for those written,
-// each the error AddRealServer would have returned for it.
-func (h *Handle) AddRealServers(vs ServiceKey, reals []RealServer) []error {
-	var errs []error
-	fail := func(i int, err error) {
-		if errs == nil {
-			errs = make([]error, len(reals))
-		}
-		errs[i] = opError(verbAddRealServer, vs, reals[i].RealKey, "", err)
-	}
-	h.batchMu.Lock()
-	defer h.batchMu.Unlock()
-	b, sent := h.batch[:0], h.sent[:0]
-	for i, rs := range reals {
-		if err := validateReal(vs, rs); err != nil {
-			fail(i, err) // never sent, as by AddRealServer
-			continue
-		}
-		b, sent = h.appendDestMessage(b, cmdNewDest, vs, rs), append(sent, i)
-	}
-	err := h.writes.ExecutePipelined(b, func(j int, err error, _ []byte) {
-		if err != nil {
-			fail(sent[j], err)
-		}
-	})
-	if err != nil { // a bug in appendDestMessage: nothing was sent
-		for _, i := range sent {
-			fail(i, err)
-		}
-	}
-	if cap(b) <= maxKeptBatch {
-		h.batch, h.sent = b, sent
-	}
-	return errs
-}
-
-// maxKeptBatch bounds the batch buffer a Handle keeps between calls: a
-// virtual server with thousands of real servers should not pin its
-// messages' memory for good.
-const maxKeptBatch = 64 << 10
 
 // GetTimeouts reads the global connection timeouts (ipvsadm -L --timeout).
 func (h *Handle) GetTimeouts() (Timeouts, error) {

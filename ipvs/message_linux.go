@@ -21,20 +21,14 @@ func FamilyID() (uint16, error) { return ipvsFamily() }
 // number 0: nlconn.Conn.ExecutePipelined numbers it). vs is not
 // validated.
 func AppendAddVirtualServerMessage(b []byte, family uint16, vs VirtualServer) []byte {
-	at := len(b)
-	b = startMessage(b, cmdNewService)
-	b = appendServiceAttr(b, vs, true)
-	return endMessage(b, at, family)
+	return (&Handle{family: family}).appendServiceMessage(b, cmdNewService, vs)
 }
 
 // AppendAddRealServerMessage appends a whole IPVS_CMD_NEW_DEST request
 // adding rs to vs with masquerading, as AddRealServer and AddRealServers
 // send it (sequence number 0). rs is not validated.
 func AppendAddRealServerMessage(b []byte, family uint16, vs ServiceKey, rs RealServer) []byte {
-	at := len(b)
-	b = startMessage(b, cmdNewDest)
-	b = appendDestAttrs(b, cmdNewDest, vs, rs)
-	return endMessage(b, at, family)
+	return (&Handle{family: family}).appendDestMessage(b, cmdNewDest, vs, rs)
 }
 
 // startMessage appends room for the netlink header and the generic

@@ -113,6 +113,21 @@ type RealServer struct {
 	InactiveConns uint32
 }
 
+// ServiceAdd is a virtual server to create, with the real servers to add
+// to it, in their order (AddServices).
+type ServiceAdd struct {
+	VS    VirtualServer
+	Reals []RealServer
+}
+
+// ServiceAddErrors are the refusals of one ServiceAdd: of its virtual
+// server, and of each real server (indexed as ServiceAdd.Reals; nil when
+// none was refused).
+type ServiceAddErrors struct {
+	VS    error
+	Reals []error
+}
+
 // Timeouts are the global IPVS connection timeouts (ipvsadm --set).
 // A zero field means "leave as it is" on write.
 type Timeouts struct {
@@ -161,6 +176,15 @@ type Interface interface {
 	AddRealServers(vs ServiceKey, reals []RealServer) []error
 	UpdateRealServer(vs ServiceKey, rs RealServer) error
 	DeleteRealServer(vs ServiceKey, rs RealKey) error
+	// AddServices creates each virtual server of adds and adds its real
+	// servers, in order, as AddVirtualServer and then AddRealServers for
+	// each add in turn would, in as few round trips as it can. It returns
+	// nil when every write succeeded, else one ServiceAddErrors per add,
+	// each error the one the single call would have returned. The real
+	// servers of a virtual server the kernel refused fail as they would
+	// alone (IsNotExist); those of one that failed validation are not
+	// sent and get no error.
+	AddServices(adds []ServiceAdd) []ServiceAddErrors
 
 	GetTimeouts() (Timeouts, error)
 	SetTimeouts(t Timeouts) error

@@ -110,6 +110,15 @@ func (h *Handle) appendDestMessage(b []byte, cmd uint8, vs ServiceKey, rs RealSe
 	return endMessage(b, at, h.family)
 }
 
+// appendServiceMessage appends a whole NEW/SET/DEL_SERVICE request, as
+// serviceRequest serializes it (sequence number 0), for a batch.
+func (h *Handle) appendServiceMessage(b []byte, cmd uint8, vs VirtualServer) []byte {
+	at := len(b)
+	b = startMessage(b, cmd)
+	b = appendServiceAttr(b, vs, cmd != cmdDelService)
+	return endMessage(b, at, h.family)
+}
+
 // appendAttr appends an attribute with the payload v, padded to 4 bytes.
 func appendAttr(b []byte, typ uint16, v ...byte) []byte {
 	native := binary.NativeEndian
