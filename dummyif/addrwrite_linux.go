@@ -9,7 +9,9 @@ package dummyif
 // of these.
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"net/netip"
 
 	"github.com/vishvananda/netlink/nl"
@@ -51,6 +53,56 @@ func addrRequest(typ int, idx int, addr netip.Addr) *nl.NetlinkRequest {
 	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, addr.AsSlice()))
 	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, addr.AsSlice()))
 	return req
+}
+
+// AddAddresses binds addrs as AddAddress binds each, pipelined
+// (nlconn.Conn.ExecutePipelined: a round trip per nlconn.MaxPipelined
+// addresses instead of one each). A node's first pass binds one address
+// per service IP. When the link was re-created behind our back (ENODEV),
+// the whole batch is sent again to the new link, as AddAddress retries:
+// an address bound by the first attempt is no error the second time.
+func (n *Netlink) AddAddresses(addrs []netip.Addr) []error {
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(addrs))
+		}
+		errs[i] = fmt.Errorf("add address %s to %s: %w", addrs[i], n.name, err)
+	}
+	sent := make([]int, 0, len(addrs))
+	var b []byte
+	for i, a := range addrs {
+		if err := checkAddr(a); err != nil {
+			fail(i, err) // never sent, as by AddAddress
+			continue
+		}
+		sent = append(sent, i)
+	}
+	refused := make([]error, len(sent))
+	err := n.withLink(func(idx int) error {
+		b = b[:0]
+		for _, i := range sent {
+			b = AppendAddAddressMessage(b, idx, addrs[i])
+		}
+		clear(refused)
+		gone := false
+		err := n.writes.ExecutePipelined(b, func(j int, err error, _ []byte) {
+			if err != nil && !errors.Is(err, unix.EEXIST) {
+				refused[j] = err
+				gone = gone || errors.Is(err, unix.ENODEV)
+			}
+		})
+		if err == nil && gone {
+			err = unix.ENODEV // withLink looks the link up again and retries
+		}
+		return err
+	})
+	for j, i := range sent {
+		if e := cmp.Or(err, refused[j]); e != nil {
+			fail(i, e)
+		}
+	}
+	return errs
 }
 
 // AppendAddAddressMessage appends the whole RTM_NEWADDR request AddAddress

@@ -75,3 +75,33 @@ func TestAppendAddAddressMessage(t *testing.T) {
 		}
 	}
 }
+
+// AddAddresses sends, in one send, the requests AddAddress sends for the
+// same addresses; an address bound already is success, another refusal
+// is the error AddAddress returns, at its index, and the ones after it
+// are bound; an invalid address is never sent.
+func TestAddAddressesWire(t *testing.T) {
+	addrs := []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::10"), {},
+		netip.MustParseAddr("::ffff:10.96.0.11"), netip.MustParseAddr("10.96.0.12")}
+	errnos := map[int]unix.Errno{1: syscall.EEXIST, 2: syscall.EPERM}
+	c, k := nlconntest.New(t, func(n int, seq uint32, _ []byte) []any { return []any{nlconntest.Ack(seq, errnos[n])} })
+	n := &Netlink{name: DefaultLinkName, writes: c, index: 7}
+	errs := n.AddAddresses(addrs)
+	if len(errs) != len(addrs) || errs[0] != nil || errs[1] != nil || errs[2] == nil || errs[4] != nil ||
+		fmt.Sprint(errs[3]) != "add address ::ffff:10.96.0.11 to kube-ipvs0: operation not permitted" {
+		t.Fatalf("errors %v", errs)
+	}
+	var want []string
+	for _, a := range addrs {
+		if a.IsValid() {
+			want = append(want, addrText(addrRequest(unix.RTM_NEWADDR, 7, a).Serialize()))
+		}
+	}
+	k.ExpectRequests(addrText, want)
+	if k.SendCount() != 1 {
+		t.Errorf("%d sends, want 1", k.SendCount())
+	}
+	if errs := n.AddAddresses(addrs[4:]); errs != nil {
+		t.Errorf("all bound: %v, want nil", errs)
+	}
+}

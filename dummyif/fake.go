@@ -1,6 +1,7 @@
 package dummyif
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,24 +11,31 @@ import (
 	"sync"
 
 	"github.com/ipvsproxy/ipvsproxy/internal/calls"
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // Verbs counted by Fake, one per Interface method.
 const (
-	VerbEnsureLink     = "EnsureLink"
-	VerbDeleteLink     = "DeleteLink"
-	VerbListAddresses  = "ListAddresses"
-	VerbWalkAddresses  = "WalkAddresses" // one dump, like ListAddresses
-	VerbAddAddress     = "AddAddress"
+	VerbEnsureLink    = "EnsureLink"
+	VerbDeleteLink    = "DeleteLink"
+	VerbListAddresses = "ListAddresses"
+	VerbWalkAddresses = "WalkAddresses" // one dump, like ListAddresses
+	VerbAddAddress    = "AddAddress"
+	// VerbAddAddresses counts AddAddresses' sends, one per
+	// nlconn.MaxPipelined addresses, as Netlink's.
+	VerbAddAddresses   = "AddAddresses"
 	VerbDeleteAddress  = "DeleteAddress"
 	VerbLocalAddresses = "LocalAddresses"
 )
 
 // Call describes one Fake method call, for its Faults. Addr is set
-// for AddAddress and DeleteAddress only.
+// for AddAddress and DeleteAddress only. AddAddresses is one call per
+// send (VerbAddAddresses: a fault fails all its addresses) and an
+// AddAddress call for each address, Batched, counted only as the send.
 type Call struct {
-	Verb string
-	Addr netip.Addr
+	Verb    string
+	Addr    netip.Addr
+	Batched bool
 }
 
 // Fake is an in-memory Interface for tests. It starts with no link, like a
@@ -61,7 +69,7 @@ func NewFake(linkName string) *Fake {
 		index: 2,
 		addrs: map[netip.Addr]struct{}{},
 	}
-	f.Verbs(VerbEnsureLink, VerbDeleteLink, VerbListAddresses, VerbWalkAddresses, VerbAddAddress, VerbDeleteAddress, VerbLocalAddresses)
+	f.Verbs(VerbEnsureLink, VerbDeleteLink, VerbListAddresses, VerbWalkAddresses, VerbAddAddress, VerbAddAddresses, VerbDeleteAddress, VerbLocalAddresses)
 	return f
 }
 
@@ -186,6 +194,12 @@ func (f *Fake) AddAddress(addr netip.Addr) error {
 	if err := f.begin(VerbAddAddress, addr); err != nil {
 		return err
 	}
+	return f.addLocked(addr)
+}
+
+// addLocked is AddAddress after the call was counted and checked for
+// faults; f.mu must be held.
+func (f *Fake) addLocked(addr netip.Addr) error {
 	if !addr.IsValid() {
 		return fmt.Errorf("add address %s to %s: %w", addr, f.name, errors.New("invalid address"))
 	}
@@ -194,6 +208,37 @@ func (f *Fake) AddAddress(addr netip.Addr) error {
 	}
 	f.addrs[addr.Unmap().WithZone("")] = struct{}{}
 	return nil
+}
+
+// AddAddresses implements Interface: AddAddress for each address, with
+// its error, counted as Netlink's sends (see Call).
+func (f *Fake) AddAddresses(addrs []netip.Addr) []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	var sendErr error
+	sent := 0
+	for i, addr := range addrs {
+		err := f.Check(VerbAddAddress, Call{Verb: VerbAddAddress, Addr: addr, Batched: true})
+		if addr.IsValid() { // Netlink sends only these
+			if sent%nlconn.MaxPipelined == 0 {
+				f.Inc(VerbAddAddresses)
+				sendErr = f.Check(VerbAddAddresses, Call{Verb: VerbAddAddresses})
+			}
+			sent++
+			err = cmp.Or(sendErr, err)
+		}
+		if err == nil {
+			err = f.addLocked(addr)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(addrs))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // DeleteAddress implements Interface.

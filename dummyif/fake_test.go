@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 var (
@@ -161,5 +163,50 @@ func mustNil(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The Fake's AddAddresses is AddAddress for each address: the same
+// addresses bound, the same errors at each index (invalid, a fault),
+// counted as one send per nlconn.MaxPipelined valid addresses; a fault on
+// a send fails its addresses.
+func TestFakeAddAddressesIsOneByOne(t *testing.T) {
+	boom := errors.New("boom")
+	setup := func() *Fake {
+		f := NewFake("")
+		mustNil(t, f.EnsureLink())
+		f.FailOn(VerbAddAddress, func(c Call) bool { return c.Addr == vip4b }, boom)
+		f.ResetCounts()
+		return f
+	}
+	addrs := []netip.Addr{vip4, {}, vip4b, vip6, vip4}
+	one, batched := setup(), setup()
+	errs := batched.AddAddresses(addrs)
+	for i, a := range addrs {
+		if want := one.AddAddress(a); fmt.Sprint(errs[i]) != fmt.Sprint(want) {
+			t.Errorf("address %d: %v, want %v", i, errs[i], want)
+		}
+	}
+	if one.String() != batched.String() {
+		t.Errorf("batched:\n%s\none by one:\n%s", batched.String(), one.String())
+	}
+	if batched.Count(VerbAddAddresses) != 1 || batched.Count(VerbAddAddress) != 0 {
+		t.Errorf("counts %v, want one AddAddresses", batched.Counts())
+	}
+
+	f := setup()
+	f.FailTimes(1, VerbAddAddresses, nil, boom)
+	many := make([]netip.Addr, nlconn.MaxPipelined+3)
+	for i := range many {
+		many[i] = netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
+	}
+	errs = f.AddAddresses(many)
+	for i, err := range errs {
+		if errors.Is(err, boom) != (i < nlconn.MaxPipelined) {
+			t.Fatalf("address %d: %v", i, err)
+		}
+	}
+	if got := len(f.Addresses()); got != 3 || f.Count(VerbAddAddresses) != 2 {
+		t.Errorf("%d addresses bound in %d sends, want the second send's 3 in 2", got, f.Count(VerbAddAddresses))
 	}
 }

@@ -7,6 +7,7 @@ package dummyif
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -274,4 +275,67 @@ func sortedLines(s string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestSandboxAddAddresses binds 600 addresses (IPv4 and IPv6, three
+// sends) in one AddAddresses next to one bound already and an invalid
+// one: the link holds them all, `ip addr` prints what the Fake given the
+// same call prints; a link deleted and re-created behind the cached index
+// gets the next batch all the same. The time is logged next to the same
+// addresses one by one.
+func TestSandboxAddAddresses(t *testing.T) {
+	n := newLink(t, DefaultLinkName)
+	mustNil(t, n.EnsureLink())
+	fake := NewFake(DefaultLinkName)
+	mustNil(t, fake.EnsureLink())
+	fake.SetLinkIndex(linkIndexOf(t, DefaultLinkName))
+	addrs := make([]netip.Addr, 0, 602)
+	for i := range 300 {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}),
+			netip.MustParseAddr(fmt.Sprintf("fd00:97::%x", i+1)))
+	}
+	addrs = append(addrs, netip.Addr{}, addrs[7])
+	mustNil(t, n.AddAddress(addrs[5]))
+	mustNil(t, fake.AddAddress(addrs[5]))
+	start := time.Now()
+	errs := n.AddAddresses(addrs)
+	batched := time.Since(start)
+	fErrs := fake.AddAddresses(addrs)
+	for i := range addrs {
+		if (errs[i] == nil) != (i != 600) || (fErrs[i] == nil) != (errs[i] == nil) {
+			t.Errorf("address %d (%s): %v, Fake %v", i, addrs[i], errs[i], fErrs[i])
+		}
+	}
+	got, err := n.ListAddresses()
+	mustNil(t, err)
+	if !slices.Equal(got, fake.Addresses()) || len(got) != 600 {
+		t.Errorf("%d addresses bound, want the Fake's %d", len(got), len(fake.Addresses()))
+	}
+	out := sandboxtest.Run(t, "ip", "-o", "addr", "show", "dev", DefaultLinkName)
+	if a, b := sortedLines(out), sortedLines(fake.String()); !slices.Equal(a, b) {
+		i := 0
+		for i < min(len(a), len(b)) && a[i] == b[i] {
+			i++
+		}
+		t.Errorf("ip -o addr show has %d lines, the Fake %d; the first that differs (of ip, then the Fake):\n%s\n%s",
+			len(a), len(b), strings.Join(a[i:min(i+1, len(a))], ""), strings.Join(b[i:min(i+1, len(b))], ""))
+	}
+
+	sandboxtest.Run(t, "ip", "link", "del", DefaultLinkName)
+	sandboxtest.Run(t, "ip", "link", "add", DefaultLinkName, "type", "dummy")
+	if errs := n.AddAddresses(addrs[:10]); errs != nil {
+		t.Fatalf("after the link was re-created: %v", errs)
+	}
+	if got, err := n.ListAddresses(); err != nil || len(got) != 10 {
+		t.Errorf("re-created link holds %d addresses (%v), want 10", len(got), err)
+	}
+
+	sandboxtest.Run(t, "ip", "link", "del", DefaultLinkName)
+	mustNil(t, n.EnsureLink())
+	start = time.Now()
+	for _, a := range addrs[:600] {
+		mustNil(t, n.AddAddress(a))
+	}
+	t.Logf("600 addresses: one by one %v, AddAddresses %v: %.1f× faster", time.Since(start), batched,
+		float64(time.Since(start))/float64(max(batched, 1)))
 }

@@ -47,6 +47,11 @@ type Interface interface {
 	// AddAddress binds addr (as a /32 or /128) on the link. Adding an
 	// address that is already bound is not an error.
 	AddAddress(addr netip.Addr) error
+	// AddAddresses binds each of addrs as AddAddress would, in as few
+	// kernel round trips as it can (many requests per send). It returns
+	// nil when every one is bound, else one error per address (nil for
+	// those bound), each the error AddAddress would have returned.
+	AddAddresses(addrs []netip.Addr) []error
 	// DeleteAddress unbinds addr. Deleting an absent address is not an error.
 	DeleteAddress(addr netip.Addr) error
 	// LocalAddresses lists the addresses bound on every other interface of
