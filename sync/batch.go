@@ -39,14 +39,14 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	start := r.clock.Now()
 	f := failures{queued: map[string]error{}, other: map[string]error{}}
 	// The batch's new set entries go many per message (entrybatch.go).
-	r.rec.DeferEntries(true)
+	r.rec.DeferWrites(true)
 	keys = r.syncEach(keys, true, f)
 	affected = r.syncEach(affected, false, f)
 	passFinished, nodeErr := r.stepFullPass(passWanted, start, f.other)
-	for k, err := range r.rec.FlushEntries() {
+	for k, err := range r.rec.FlushWrites() {
 		f.other[k] = errors.Join(f.other[k], err)
 	}
-	r.rec.DeferEntries(false)
+	r.rec.DeferWrites(false)
 	r.requeueFailed(f)
 	failed := f.queued
 	maps.Copy(failed, f.other)
@@ -235,7 +235,7 @@ func (r *Runner) syncKey(k string) error {
 	if err == nil && change != 0 {
 		// A critical service is complete in the kernel before the next
 		// service is synced, its set entries included.
-		err = r.rec.FlushEntriesOf(k)
+		err = r.rec.FlushWritesOf(k)
 	}
 	if err == nil && change != 0 {
 		if since := r.critical.synced(k, change); !since.IsZero() {

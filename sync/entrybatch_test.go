@@ -104,14 +104,14 @@ func TestDeferredEntriesFlush(t *testing.T) {
 	})
 	boom := errors.New("boom")
 	undo := k.IPSet.FailOn(ipset.VerbAddEntry, func(c ipset.Call) bool { return c.Entry == clusterEntry(3).Entry }, boom)
-	rec.DeferEntries(true)
+	rec.DeferWrites(true)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1), ipvsIPEntry(1), clusterEntry(9))))
 	must(t, rec.Sync("ns/b", entryState(clusterEntry(2), ipvsIPEntry(2), clusterEntry(9))))
 	must(t, rec.Sync("ns/c", entryState(clusterEntry(3), ipvsIPEntry(3))))
 	if setMessages(k) != 0 || len(k.IPSet.Entries(owned.SetClusterIP)) != 0 || rec.Applied("ns/a") != nil {
 		t.Fatalf("written before the flush: %d messages, record %v", setMessages(k), rec.Applied("ns/a"))
 	}
-	failed := rec.FlushEntries()
+	failed := rec.FlushWrites()
 	if len(failed) != 1 || !errors.Is(failed["ns/c"], boom) {
 		t.Fatalf("failed keys %v", failed)
 	}
@@ -128,7 +128,7 @@ func TestDeferredEntriesFlush(t *testing.T) {
 	}
 	// The shared entry goes with its last user; c's refused entry is
 	// written by c's retry, alone, at once (not deferring).
-	rec.DeferEntries(false)
+	rec.DeferWrites(false)
 	must(t, rec.Sync("ns/a", &ServiceState{}))
 	if !slices.Contains(k.IPSet.Entries(owned.SetClusterIP), "10.96.1.9,tcp:80") {
 		t.Error("an entry b still holds went with a")
@@ -150,23 +150,23 @@ func deferringWithFakeClock(t *testing.T) (*kernel, *Reconciler, *clocktesting.F
 	rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec.write.pending.clock = clk
-	rec.DeferEntries(true)
+	rec.DeferWrites(true)
 	return k, rec, clk
 }
 
-// A deferred entry waits at most maxEntryDelay, and a key synced again
+// A deferred entry waits at most maxDeferral, and a key synced again
 // has its waiting entries written first, so its record stays true.
 func TestDeferredEntriesDueAndResync(t *testing.T) {
 	k, rec, clk := deferringWithFakeClock(t)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
-	clk.Step(maxEntryDelay)
+	clk.Step(maxDeferral)
 	must(t, rec.Sync("ns/b", entryState(clusterEntry(2))))
 	if got := k.IPSet.Entries(owned.SetClusterIP); len(got) != 2 {
-		t.Fatalf("after maxEntryDelay: %v", got)
+		t.Fatalf("after maxDeferral: %v", got)
 	}
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(4))))
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(5))))
-	if failed := rec.FlushEntries(); len(failed) != 0 {
+	if failed := rec.FlushWrites(); len(failed) != 0 {
 		t.Fatal(failed)
 	}
 	want := "[10.96.1.2,tcp:80 10.96.1.5,tcp:80]"
@@ -183,16 +183,16 @@ func TestDeferredEntriesDueAndResync(t *testing.T) {
 
 // A wait ends when its entries are written: its timer, firing later, does
 // not make the next wait's entries due early, and the next wait has its
-// own maxEntryDelay.
+// own maxDeferral.
 func TestDeferredEntriesEachWaitHasItsOwnDelay(t *testing.T) {
 	k, rec, clk := deferringWithFakeClock(t)
 	must(t, rec.Sync("ns/a", entryState(clusterEntry(1))))
-	clk.Step(maxEntryDelay / 2)
-	if failed := rec.FlushEntries(); len(failed) != 0 { // the batch's end
+	clk.Step(maxDeferral / 2)
+	if failed := rec.FlushWrites(); len(failed) != 0 { // the batch's end
 		t.Fatal(failed)
 	}
 	must(t, rec.Sync("ns/b", entryState(clusterEntry(2))))
-	clk.Step(maxEntryDelay / 2) // the first wait's deadline: it had no timer left
+	clk.Step(maxDeferral / 2) // the first wait's deadline: it had no timer left
 	must(t, rec.Sync("ns/c", entryState(clusterEntry(3))))
 	if got := k.IPSet.Entries(owned.SetClusterIP); fmt.Sprint(got) != "[10.96.1.1,tcp:80]" {
 		t.Fatalf("half way through the second wait, KUBE-CLUSTER-IP holds %v", got)
@@ -200,10 +200,10 @@ func TestDeferredEntriesEachWaitHasItsOwnDelay(t *testing.T) {
 	if !clk.HasWaiters() {
 		t.Fatal("the second wait has no timer")
 	}
-	clk.Step(maxEntryDelay / 2)
+	clk.Step(maxDeferral / 2)
 	must(t, rec.Sync("ns/d", entryState(clusterEntry(4))))
 	if got := k.IPSet.Entries(owned.SetClusterIP); len(got) != 4 {
-		t.Fatalf("after the second wait's maxEntryDelay, KUBE-CLUSTER-IP holds %v", got)
+		t.Fatalf("after the second wait's maxDeferral, KUBE-CLUSTER-IP holds %v", got)
 	}
 	if clk.HasWaiters() {
 		t.Error("a timer is left with nothing waiting")

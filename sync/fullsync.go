@@ -183,7 +183,7 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 	}
 	r.write.deferring = deferring
 	if !deferring {
-		for key, err := range r.FlushEntries() {
+		for key, err := range r.FlushWrites() {
 			fail(key, err)
 		}
 	}

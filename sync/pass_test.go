@@ -477,7 +477,7 @@ func TestNodeAddressChangeSyncsNodePortServices(t *testing.T) {
 	if strings.Contains(got, "192.168.0.2:30080") || !strings.Contains(got, "-A -t 192.168.1.2:30080") {
 		t.Errorf("node-port virtual servers did not follow the address change:\n%s", got)
 	}
-	if w := fmt.Sprint(k.writes()); w != "map[AddRealServers:1 AddVirtualServer:1 DeleteVirtualServer:1]" {
+	if w := fmt.Sprint(k.writes()); w != "map[AddServices:1 DeleteVirtualServer:1]" {
 		t.Errorf("writes %s, want one virtual server moved:\n%s", w, got)
 	}
 }

@@ -78,7 +78,7 @@ func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *
 		}
 	}}
 	r.write = &writer{kernel: k, rec: r.rec, drain: r.drain, grow: r.grow, observe: r.observe,
-		pending: newPendingEntries(clock.RealClock{})}
+		pending: newPendingWrites(clock.RealClock{})}
 	return r
 }
 

@@ -25,10 +25,10 @@ type writer struct {
 	// node seeds the order real servers are added in (order.go).
 	node string
 
-	// Deferred set entries (entrybatch.go).
-	deferring   bool
-	pending     *pendingEntries
-	entryFailed map[string]error // keys whose deferred entries were refused
+	// Deferred writes (deferred.go).
+	deferring      bool
+	pending        *pendingWrites
+	deferredFailed map[string]error // keys whose deferred writes were refused
 }
 
 // apply is Sync for a want without conflicts.
@@ -50,6 +50,10 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	sorted.Walk(have.Addresses, want.Addresses, netip.Addr.Compare,
 		func(a netip.Addr) { unbind = append(unbind, a) },
 		func(a netip.Addr) {
+			if w.deferring && w.rec.addrRefs[a] == 0 {
+				w.pending.addBind(key, a) // recorded when bound
+				return
+			}
 			if err := w.bind(a); err != nil {
 				errs = append(errs, err)
 				return
@@ -71,7 +75,7 @@ func (w *writer) apply(key string, want *ServiceState) error {
 		},
 		func(e owned.SetEntry) {
 			if w.deferring && w.rec.entryRefs[owned.KeyOf(e)] == 0 {
-				w.pending.add(key, e) // recorded when written
+				w.pending.addEntry(key, e) // recorded when written
 				return
 			}
 			if err := w.addEntry(e); err != nil {
@@ -98,7 +102,7 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	// in the order the merge walk produced them, which is already sorted.
 	w.rec.store(key, have, got)
 	if w.deferring {
-		w.flushSets(w.pending.due())
+		w.flushDue(w.pending.due())
 	}
 	return errors.Join(errs...)
 }
@@ -115,6 +119,12 @@ func (w *writer) applyVSs(key string, have, want, got []VirtualServerState) ([]V
 			}
 		},
 		func(n VirtualServerState) {
+			if w.deferring {
+				if err := w.deferVS(key, n); err != nil {
+					errs = append(errs, err)
+				}
+				return // recorded when written
+			}
 			s, added, err := w.addVS(key, n)
 			if err != nil {
 				errs = append(errs, err)
@@ -236,14 +246,21 @@ func (w *writer) addReals(vs ipvs.VirtualServer, reals, got []ipvs.RealServer) (
 		return got, nil
 	}
 	realOrder(w.node, vs, reals)
-	refused := w.kernel.IPVS.AddRealServers(vs.ServiceKey, reals)
+	return w.addedReals(vs.ServiceKey, reals, w.kernel.IPVS.AddRealServers(vs.ServiceKey, reals), got)
+}
+
+// addedReals settles the kernel's answers to adding reals to k (refused:
+// nil, or one error per real server) as addedReal does each, and returns
+// got with those now in the kernel, sorted by key as the record keeps
+// them.
+func (w *writer) addedReals(k ipvs.ServiceKey, reals []ipvs.RealServer, refused []error, got []ipvs.RealServer) ([]ipvs.RealServer, error) {
 	var errs []error
 	for i, rs := range reals {
 		var err error
 		if refused != nil {
 			err = refused[i]
 		}
-		if err := w.addedReal(vs.ServiceKey, rs, err); err != nil {
+		if err := w.addedReal(k, rs, err); err != nil {
 			errs = append(errs, err)
 			continue
 		}

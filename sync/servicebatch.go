@@ -1,0 +1,114 @@
+package sync
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
+)
+
+// Addresses and virtual servers in batches (deferred.go says when): the
+// deferred addresses go in one dummyif.AddAddresses, the deferred virtual
+// servers with their real servers in one ipvs.AddServices, each a round
+// trip per nlconn.MaxPipelined messages where one by one each address
+// and each virtual server was one (and its real servers another).
+
+// deferVS defers creating n for key. key owns the virtual server from
+// now on: another key that wants it meanwhile conflicts, as it would
+// with one already written.
+func (w *writer) deferVS(key string, n VirtualServerState) error {
+	k := n.VS.ServiceKey
+	if owner, taken := w.rec.ownerOther(key, k); taken {
+		return &ConflictError{VS: k, Owner: owner}
+	}
+	w.rec.vsOwner[k] = key
+	w.pending.addServer(key, n)
+	return nil
+}
+
+// flushBinds binds the deferred addresses (all, or whole sends' worth)
+// and records each, for the keys that wanted it, once the kernel
+// accepted it.
+func (w *writer) flushBinds(all bool) {
+	addrs, keys := w.pending.takeBinds(all)
+	refused := w.kernel.Dummy.AddAddresses(addrs)
+	accepted := map[string][]netip.Addr{}
+	for i, a := range addrs {
+		var err error
+		if refused != nil {
+			err = refused[i]
+		}
+		if err := w.observe("address", "add", err); err != nil {
+			for _, k := range keys[a] {
+				w.failDeferred(k, err)
+			}
+			continue
+		}
+		for _, k := range keys[a] {
+			w.rec.addrRefs[a]++
+			accepted[k] = append(accepted[k], a)
+		}
+	}
+	for key, added := range accepted {
+		w.recordWritten(key, func(got *ServiceState) {
+			got.Addresses = append(slices.Clone(got.Addresses), added...)
+			slices.SortFunc(got.Addresses, netip.Addr.Compare)
+		})
+	}
+}
+
+// flushServers creates the deferred virtual servers (all, or whole
+// sends' worth) with their real servers, each settled as addVS settles
+// its writes, and records what the kernel accepted for each key. A key
+// whose virtual server was refused gives up its claim on it.
+func (w *writer) flushServers(all bool) {
+	servers := w.pending.takeServers(all)
+	adds := make([]ipvs.ServiceAdd, len(servers))
+	for i, s := range servers {
+		reals := slices.Clone(s.vs.Reals)
+		realOrder(w.node, s.vs.VS, reals)
+		adds[i] = ipvs.ServiceAdd{VS: s.vs.VS, Reals: reals}
+	}
+	refused := w.kernel.IPVS.AddServices(adds)
+	accepted := map[string][]VirtualServerState{}
+	for i, s := range servers {
+		var r ipvs.ServiceAddErrors
+		if refused != nil {
+			r = refused[i]
+		}
+		k := s.vs.VS.ServiceKey
+		if err := w.addedVS(s.vs.VS, r.VS); err != nil {
+			if w.rec.vsOwner[k] == s.key {
+				delete(w.rec.vsOwner, k)
+			}
+			w.failDeferred(s.key, err)
+			continue
+		}
+		got := VirtualServerState{VS: s.vs.VS}
+		var err error
+		got.Reals, err = w.addedReals(k, adds[i].Reals, r.Reals, make([]ipvs.RealServer, 0, len(adds[i].Reals)))
+		if err != nil {
+			w.failDeferred(s.key, err)
+		}
+		accepted[s.key] = append(accepted[s.key], got)
+	}
+	for key, added := range accepted {
+		w.recordWritten(key, func(got *ServiceState) {
+			got.VirtualServers = append(slices.Clone(got.VirtualServers), added...)
+			slices.SortFunc(got.VirtualServers, compareVSS)
+		})
+	}
+}
+
+// addedVS settles the kernel's answer err to adding vs as putVS does: a
+// virtual server there already (left by someone, or by a failed earlier
+// attempt) is updated in place, made ours. Only the write that counted
+// is observed.
+func (w *writer) addedVS(vs ipvs.VirtualServer, err error) error {
+	verb := "add"
+	if ipvs.IsExist(err) {
+		err, verb = w.kernel.IPVS.UpdateVirtualServer(vs), "update"
+	}
+	w.observe("virtual_server", verb, err)
+	return err
+}
