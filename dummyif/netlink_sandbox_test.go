@@ -35,6 +35,18 @@ func newLink(t *testing.T, name string) *Netlink {
 	return n
 }
 
+// newLinkAndFake returns a Netlink whose kube-ipvs0 exists, and a Fake
+// with a link of the same index: their listings compare line for line.
+func newLinkAndFake(t *testing.T) (*Netlink, *Fake) {
+	t.Helper()
+	n := newLink(t, DefaultLinkName)
+	mustNil(t, n.EnsureLink())
+	fake := NewFake(DefaultLinkName)
+	mustNil(t, fake.EnsureLink())
+	fake.SetLinkIndex(linkIndexOf(t, DefaultLinkName))
+	return n, fake
+}
+
 func linkIndexOf(t *testing.T, name string) int {
 	t.Helper()
 	i, err := net.InterfaceByName(name)
@@ -64,11 +76,7 @@ func TestSandboxEnsureLinkTwiceLeavesDummyDown(t *testing.T) {
 }
 
 func TestSandboxAddListDeleteMatchesIP(t *testing.T) {
-	n := newLink(t, DefaultLinkName)
-	mustNil(t, n.EnsureLink())
-	fake := NewFake(DefaultLinkName)
-	mustNil(t, fake.EnsureLink())
-	fake.SetLinkIndex(linkIndexOf(t, DefaultLinkName))
+	n, fake := newLinkAndFake(t)
 
 	addrs := []netip.Addr{vip6, vip4b, vip4}
 	for _, a := range append(addrs, vip4, vip6) { // second adds are no-ops
@@ -284,11 +292,7 @@ func sortedLines(s string) []string {
 // gets the next batch all the same. The time is logged next to the same
 // addresses one by one.
 func TestSandboxAddAddresses(t *testing.T) {
-	n := newLink(t, DefaultLinkName)
-	mustNil(t, n.EnsureLink())
-	fake := NewFake(DefaultLinkName)
-	mustNil(t, fake.EnsureLink())
-	fake.SetLinkIndex(linkIndexOf(t, DefaultLinkName))
+	n, fake := newLinkAndFake(t)
 	addrs := make([]netip.Addr, 0, 602)
 	for i := range 300 {
 		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}),

@@ -110,12 +110,19 @@ func (w *writer) failDeferred(key string, err error) {
 
 // recordWritten adds to key's record what deferred writes put in the
 // kernel for it (add changes the copy it is given; its slices are the
-// record's, to be cloned before they are changed).
+// record's: withAdded makes new ones).
 func (w *writer) recordWritten(key string, add func(got *ServiceState)) {
 	old := w.rec.of(key)
 	got := *old
 	add(&got)
 	w.rec.store(key, old, &got)
+}
+
+// withAdded returns a new sorted slice of have (sorted) and added.
+func withAdded[T any](have, added []T, cmp func(a, b T) int) []T {
+	out := append(slices.Clone(have), added...)
+	slices.SortFunc(out, cmp)
+	return out
 }
 
 // dueMessages is how many messages of addresses, or of virtual servers
@@ -196,16 +203,27 @@ func (p *pendingWrites) written(keys ...string) {
 	}
 }
 
+// wantedBy adds key to the keys that want x, and reports whether it was
+// not among them yet (added) and whether x was waiting for another key
+// already (then it is written once, for all of them).
+func wantedBy[T comparable](wanting map[T][]string, x T, key string) (added, waiting bool) {
+	keys, waiting := wanting[x]
+	if slices.Contains(keys, key) {
+		return false, true
+	}
+	wanting[x] = append(keys, key)
+	return true, waiting
+}
+
 // addEntry defers e for key.
 func (p *pendingWrites) addEntry(key string, e owned.SetEntry) {
-	keys, waiting := p.keys[e]
-	if slices.Contains(keys, key) {
+	added, waiting := wantedBy(p.keys, e, key)
+	if !added {
 		return
 	}
 	p.deferring(key)
-	p.keys[e] = append(keys, key)
 	if waiting {
-		return // another key's already: written once
+		return
 	}
 	s := p.sets[e.Set]
 	if s == nil {
@@ -221,12 +239,11 @@ func (p *pendingWrites) addEntry(key string, e owned.SetEntry) {
 
 // addBind defers binding a for key.
 func (p *pendingWrites) addBind(key string, a netip.Addr) {
-	keys, waiting := p.bindKeys[a]
-	if slices.Contains(keys, key) {
+	added, waiting := wantedBy(p.bindKeys, a, key)
+	if !added {
 		return
 	}
 	p.deferring(key)
-	p.bindKeys[a] = append(keys, key)
 	if !waiting {
 		p.binds = append(p.binds, a)
 	}

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"errors"
-	"slices"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/owned"
@@ -39,10 +38,7 @@ func (w *writer) flushSets(sets []string) {
 		}
 	}
 	for key, entries := range accepted {
-		w.recordWritten(key, func(got *ServiceState) {
-			got.Entries = append(slices.Clone(got.Entries), entries...)
-			slices.SortFunc(got.Entries, owned.CompareSetEntries)
-		})
+		w.recordWritten(key, func(got *ServiceState) { got.Entries = withAdded(got.Entries, entries, owned.CompareSetEntries) })
 	}
 }
 

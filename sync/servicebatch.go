@@ -50,10 +50,7 @@ func (w *writer) flushBinds(all bool) {
 		}
 	}
 	for key, added := range accepted {
-		w.recordWritten(key, func(got *ServiceState) {
-			got.Addresses = append(slices.Clone(got.Addresses), added...)
-			slices.SortFunc(got.Addresses, netip.Addr.Compare)
-		})
+		w.recordWritten(key, func(got *ServiceState) { got.Addresses = withAdded(got.Addresses, added, netip.Addr.Compare) })
 	}
 }
 
@@ -93,10 +90,7 @@ func (w *writer) flushServers(all bool) {
 		accepted[s.key] = append(accepted[s.key], got)
 	}
 	for key, added := range accepted {
-		w.recordWritten(key, func(got *ServiceState) {
-			got.VirtualServers = append(slices.Clone(got.VirtualServers), added...)
-			slices.SortFunc(got.VirtualServers, compareVSS)
-		})
+		w.recordWritten(key, func(got *ServiceState) { got.VirtualServers = withAdded(got.VirtualServers, added, compareVSS) })
 	}
 }
 
