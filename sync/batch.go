@@ -32,7 +32,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	// deleted and prune it from the kernel.
 	passWanted := b.pass && r.informersSynced.Load()
 	keys := b.keys
-	if len(keys) == 0 && len(affected) == 0 && !passWanted && !r.rec.PassRunning() {
+	if len(keys) == 0 && len(affected) == 0 && !passWanted && !r.rec.PassRunning() && b.setUp == nil {
 		return
 	}
 	queuedAt := r.lastQueued.Swap(0)
@@ -42,7 +42,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	r.rec.DeferWrites(true)
 	keys = r.syncEach(keys, true, f)
 	affected = r.syncEach(affected, false, f)
-	passFinished, nodeErr := r.stepFullPass(passWanted, start, f.other)
+	passFinished, nodeErr := r.stepFullPass(passWanted, b.setUp, start, f.other)
 	for k, err := range r.rec.FlushWrites() {
 		f.other[k] = errors.Join(f.other[k], err)
 	}
@@ -264,47 +264,6 @@ func (r *Runner) reportCritical() {
 		"informersSyncedAfter", time.Duration(r.listedAt.Load()))
 }
 
-// stepFullPass begins a full pass when one is wanted and none runs, and
-// does one step of the running pass, PassStep long. The services that
-// failed are added to failed; it reports whether the pass finished, and
-// a node-wide failure (the node set-up, the kernel read, the prune).
-func (r *Runner) stepFullPass(wanted bool, start time.Time, failed map[string]error) (bool, error) {
-	if wanted && !r.rec.PassRunning() {
-		if err := r.beginFullPass(); err != nil {
-			return false, err
-		}
-	}
-	if !r.rec.PassRunning() {
-		return false, nil
-	}
-	step := r.rec.StepPass(r.build, func() bool { return r.clock.Since(start) >= r.cfg.PassStep })
-	maps.Copy(failed, step.Failed)
-	if step.ReadErr != nil {
-		// The pass is abandoned; it is tried again with backoff.
-		klog.ErrorS(step.ReadErr, "Full sync could not read the kernel")
-		return false, step.ReadErr
-	}
-	if !step.Done {
-		return false, nil // the next wake-up continues it
-	}
-	res := r.rec.FinishPass()
-	if res.Prune != nil {
-		klog.ErrorS(res.Prune, "Full sync could not remove some stale objects")
-	} else {
-		r.passBackoff.Forget("")
-	}
-	took := r.clock.Since(r.passStart)
-	r.markReady()
-	r.metrics.fullPass(took)
-	r.metrics.services(r.rec.Keys())
-	if r.cfg.OnFullSync != nil {
-		r.cfg.OnFullSync(r.rec.Counts())
-	}
-	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
-		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
-	return true, res.Prune
-}
-
 // learnMissingSchedulers hands the builder the schedulers the kernel
 // refused in this batch. The services that asked for one are retried
 // (they failed), and their retry builds them with the default scheduler
@@ -329,22 +288,6 @@ func (r *Runner) forgetLoadedSchedulers() {
 			r.cfg.Build.Note(SchedulerEvent{Name: name, Loaded: true})
 		}
 	}
-}
-
-func (r *Runner) beginFullPass() error {
-	start := r.clock.Now() // the pass's time includes the node set-up and the kernel read
-	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
-	r.forgetLoadedSchedulers()
-	if r.cfg.Prepare != nil {
-		if err := r.cfg.Prepare(); err != nil {
-			klog.ErrorS(err, "Preparing node-wide objects failed")
-			return err
-		}
-	}
-	r.passPrepareTook = r.clock.Since(start)
-	r.rec.BeginPass(r.tracker.Keys())
-	r.passStart = start
-	return nil
 }
 
 // Pending returns when the oldest change not yet synced was queued (zero

@@ -96,10 +96,12 @@ type Runner struct {
 	// lists. No full pass (and so no prune) starts before.
 	informersSynced atomic.Bool
 	listedAt        atomic.Int64 // nanoseconds from Started to informersSynced
-	passStart       time.Time    // when the running full pass began
-	// passPrepareTook is the running pass's node-wide set-up (Prepare: the
-	// rules' read-back runs iptables-save, processes that take seconds on
-	// a slow host), logged with the pass's duration.
+	passStart       time.Time    // when the running full pass (its node set-up) began
+	// settingUp: the next pass's node set-up runs beside the loop
+	// (runpass.go); owned by the loop.
+	settingUp bool
+	// passPrepareTook is the running pass's node set-up (Prepare),
+	// logged with the pass's duration.
 	passPrepareTook time.Duration
 }
 
@@ -168,10 +170,11 @@ func newRunnerQueue(keys *keyQueue, clk clock.WithTicker) workqueue.TypedInterfa
 // set without blocking (one pending is as good as many) and taken by the
 // next batch.
 type events struct {
-	wake        chan struct{} // a key was queued
-	passWanted  chan struct{} // a full pass is wanted
-	drainDue    chan struct{} // draining servers are due a sweep
-	nodeChanged chan struct{} // node updates wait in nodeUpdates
+	wake        chan struct{}    // a key was queued
+	passWanted  chan struct{}    // a full pass is wanted
+	drainDue    chan struct{}    // draining servers are due a sweep
+	nodeChanged chan struct{}    // node updates wait in nodeUpdates
+	setUp       chan setUpResult // a pass's node set-up ended (runpass.go)
 
 	nodeMu      gosync.Mutex
 	nodeUpdates []NodeFacts // applied by the sync loop at its next batch
@@ -179,7 +182,7 @@ type events struct {
 
 func newEvents() *events {
 	return &events{wake: make(chan struct{}, 1), passWanted: make(chan struct{}, 1),
-		drainDue: make(chan struct{}, 1), nodeChanged: make(chan struct{}, 1)}
+		drainDue: make(chan struct{}, 1), nodeChanged: make(chan struct{}, 1), setUp: make(chan setUpResult, 1)}
 }
 
 // addNodeUpdate keeps f for the next batch.
@@ -311,6 +314,8 @@ type batch struct {
 	pass  bool     // a full pass is wanted
 	drain bool     // sweep the draining real servers
 	node  bool     // apply the node updates
+	// setUp: the node set-up of a pass ended; the pass begins (runpass.go).
+	setUp *setUpResult
 }
 
 // next waits for something to do and does it as one batch: everything
@@ -332,7 +337,16 @@ func (r *Runner) next(ctx context.Context) bool {
 		b.drain = true
 	case <-r.ev.nodeChanged:
 		b.node = true
+	case res := <-r.ev.setUp:
+		b.setUp = &res
 	case <-step:
+	}
+	if b.setUp == nil {
+		select {
+		case res := <-r.ev.setUp:
+			b.setUp = &res
+		default:
+		}
 	}
 	b.pass = b.pass || ready(r.ev.passWanted)
 	b.drain = b.drain || ready(r.ev.drainDue)

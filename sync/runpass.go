@@ -1,0 +1,107 @@
+package sync
+
+import (
+	"maps"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// The runner's full passes. A pass begins with the node set-up (Prepare:
+// the dummy link, the sets, the fixed rules or the nftables table), which
+// runs beside the sync loop rather than in it: the rules' read-back runs
+// iptables-save (and iptables-restore when they drifted), processes that
+// took 0.3–0.7 s per pass in the sandbox at 10,000 services, and a
+// change must not wait for them. The loop goes on syncing changes; the
+// batch after the set-up ends begins the pass (or, when it failed, counts
+// a node-wide failure). The pass's duration includes the set-up.
+//
+// Running beside the loop is safe: the set-up only creates what is
+// missing and rewrites the fixed rules, objects the loop's writes do not
+// touch, through adapters safe for concurrent use (a set deleted behind
+// our back fails the writes to it until the set-up creates it again, as
+// it did before).
+
+// setUpResult is how the node set-up of a pass ended.
+type setUpResult struct {
+	err  error
+	took time.Duration
+}
+
+// stepFullPass begins a pass's node set-up when a pass is wanted and none
+// runs or is being set up, begins the pass when its set-up has ended
+// (setUp), and does one step of the running pass, PassStep long. The
+// services that failed are added to failed; it reports whether the pass
+// finished, and a node-wide failure (the node set-up, the kernel read,
+// the prune).
+func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, failed map[string]error) (bool, error) {
+	if setUp != nil {
+		if err := r.beginFullPass(*setUp); err != nil {
+			return false, err
+		}
+	} else if wanted && !r.rec.PassRunning() && !r.settingUp {
+		if err := r.setUpNode(); err != nil {
+			return false, err
+		}
+	}
+	if !r.rec.PassRunning() {
+		return false, nil
+	}
+	step := r.rec.StepPass(r.build, func() bool { return r.clock.Since(start) >= r.cfg.PassStep })
+	maps.Copy(failed, step.Failed)
+	if step.ReadErr != nil {
+		// The pass is abandoned; it is tried again with backoff.
+		klog.ErrorS(step.ReadErr, "Full sync could not read the kernel")
+		return false, step.ReadErr
+	}
+	if !step.Done {
+		return false, nil // the next wake-up continues it
+	}
+	res := r.rec.FinishPass()
+	if res.Prune != nil {
+		klog.ErrorS(res.Prune, "Full sync could not remove some stale objects")
+	} else {
+		r.passBackoff.Forget("")
+	}
+	took := r.clock.Since(r.passStart)
+	r.markReady()
+	r.metrics.fullPass(took)
+	r.metrics.services(r.rec.Keys())
+	if r.cfg.OnFullSync != nil {
+		r.cfg.OnFullSync(r.rec.Counts())
+	}
+	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
+		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
+	return true, res.Prune
+}
+
+// setUpNode starts the node set-up of a pass beside the loop; its end
+// wakes the loop (events.setUp). Without a Prepare the pass begins at
+// once.
+func (r *Runner) setUpNode() error {
+	r.passStart = r.clock.Now() // the pass's time includes the node set-up and the kernel read
+	if r.cfg.Prepare == nil {
+		return r.beginFullPass(setUpResult{})
+	}
+	r.settingUp = true
+	go func() {
+		start := r.clock.Now()
+		err := r.cfg.Prepare()
+		r.ev.setUp <- setUpResult{err: err, took: r.clock.Since(start)}
+	}()
+	return nil
+}
+
+// beginFullPass begins the pass whose node set-up ended with res.
+func (r *Runner) beginFullPass(res setUpResult) error {
+	r.settingUp = false
+	if res.err != nil {
+		klog.ErrorS(res.err, "Preparing node-wide objects failed")
+		return res.err
+	}
+	r.passPrepareTook = res.took
+	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
+	r.forgetLoadedSchedulers()
+	r.rec.BeginPass(r.tracker.Keys())
+	return nil
+}
