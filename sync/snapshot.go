@@ -229,8 +229,17 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 	for _, v := range now.VirtualServers {
 		kv := s.vs[v.VS.ServiceKey]
 		if kv == nil {
-			// Created by this sync; its real servers are read if needed.
-			s.vs[v.VS.ServiceKey] = newKernelVS(v.VS)
+			// Created by this sync: its real servers are the ones the sync
+			// added, known without a read. At start-up a service is synced
+			// once for its Service and again for its slices, and the
+			// second sync's adoption would otherwise dump the real servers
+			// of every virtual server the first one created (a quarter of
+			// the proxy's start-up CPU at 10,000 services). The slice is
+			// the record's, never changed in place; someone else's real
+			// servers added meanwhile are found by the next pass's read.
+			kv = newKernelVS(v.VS)
+			kv.reals, kv.loaded = v.Reals, true
+			s.vs[v.VS.ServiceKey] = kv
 			continue
 		}
 		kv.set(v.VS)

@@ -45,6 +45,36 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 	}
 }
 
+// TestStreamingReadsNoRealServersItWrote: on a new node, each service
+// is synced for its Service (a virtual server without real servers) and
+// again for its slices; the second sync's adoption knows the virtual
+// server's real servers from the first sync's writes and dumps none.
+func TestStreamingReadsNoRealServersItWrote(t *testing.T) {
+	k := newKernel(t)
+	e := newEngine(t, k)
+	must(t, e.rec.BeginAdoption())
+	k.ResetCounts()
+	for i := 0; i < 20; i++ {
+		s, sl := manyService(i, 3)
+		key := "ns/" + s.Name
+		e.services[key] = s
+		must(t, e.syncKey(key))
+		e.slices[key] = []*discovery.EndpointSlice{sl}
+		must(t, e.syncKey(key))
+	}
+	if n := k.reads(); n != 0 {
+		t.Errorf("%d kernel reads while streaming onto an empty kernel, want none: %v", n, k.IPVS.Counts())
+	}
+	if n := strings.Count(k.IPVS.String(), "-a -t"); n != 60 {
+		t.Errorf("%d real servers in the kernel, want 60", n)
+	}
+	k.ResetCounts()
+	e.full()
+	if w := k.writes(); len(w) != 0 {
+		t.Errorf("the first full pass wrote %v", w)
+	}
+}
+
 // TestStreamingForgetsWhatItRemoved: a backend removed during start-up
 // and then back must really be added again, not "adopted" from the now
 // stale snapshot.
