@@ -27,14 +27,7 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 	k.ResetCounts()
 	must(t, restarted.rec.BeginAdoption())
 	for i := 0; i < 20; i++ {
-		s, sl := manyService(i, 3)
-		key := "ns/" + s.Name
-		restarted.services[key] = s
-		// The Service alone first (its slices are not listed yet) ...
-		must(t, restarted.syncKey(key))
-		// ... then with its endpoints.
-		restarted.slices[key] = []*discovery.EndpointSlice{sl}
-		must(t, restarted.syncKey(key))
+		streamIn(t, restarted, i)
 	}
 	if w := k.writes(); len(w) != 0 {
 		t.Errorf("streaming adoption over a matching kernel wrote %v", w)
@@ -43,6 +36,19 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 	if w := k.writes(); len(w) != 0 {
 		t.Errorf("first full pass after streaming adoption wrote %v", w)
 	}
+}
+
+// streamIn syncs manyService(i, 3) as a start-up list delivers it: the
+// Service alone first (its slices are not listed yet), then with its
+// endpoints.
+func streamIn(t *testing.T, e *engine, i int) {
+	t.Helper()
+	s, sl := manyService(i, 3)
+	key := "ns/" + s.Name
+	e.services[key] = s
+	must(t, e.syncKey(key))
+	e.slices[key] = []*discovery.EndpointSlice{sl}
+	must(t, e.syncKey(key))
 }
 
 // TestStreamingReadsNoRealServersItWrote: on a new node, each service
@@ -55,12 +61,7 @@ func TestStreamingReadsNoRealServersItWrote(t *testing.T) {
 	must(t, e.rec.BeginAdoption())
 	k.ResetCounts()
 	for i := 0; i < 20; i++ {
-		s, sl := manyService(i, 3)
-		key := "ns/" + s.Name
-		e.services[key] = s
-		must(t, e.syncKey(key))
-		e.slices[key] = []*discovery.EndpointSlice{sl}
-		must(t, e.syncKey(key))
+		streamIn(t, e, i)
 	}
 	if n := k.reads(); n != 0 {
 		t.Errorf("%d kernel reads while streaming onto an empty kernel, want none: %v", n, k.IPVS.Counts())
