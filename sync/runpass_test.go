@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // blockingSetUp is a node set-up whose calls after the first (start-up's)
@@ -75,5 +77,33 @@ func TestFailedNodeSetUpIsRetried(t *testing.T) {
 	eventually(t, "ready after two failed set-ups", h.runner.Ready)
 	if n := s.calls.Load(); n != 4 {
 		t.Errorf("%d set-ups, want start-up's, two failed and the one that worked", n)
+	}
+}
+
+// A pass's step asks whether its time is up after every service; the
+// answer is a timer's flag, not a clock read each: a pass over 1,000
+// services reads the clock a handful of times.
+func TestPassStepReadsTheClockOnce(t *testing.T) {
+	clk := &countingClock{FakeClock: clocktesting.NewFakeClock(time.Now())}
+	tracker := NewTracker()
+	runner := NewRunner(RunnerConfig{Build: testConfig, Clock: clk}, tracker, NewReconciler(newKernel(t).Kernel(), ownedSetNames(), nil))
+	defer runner.queue.ShutDown()
+	for i := 0; i < 1000; i++ {
+		s, sl := manyService(i, 1)
+		tracker.ServiceHandler().OnAdd(s, true)
+		tracker.EndpointSliceHandler().OnAdd(sl, true)
+	}
+	ctx := context.Background()
+	runner.next(ctx) // the services, incrementally
+	runner.informersSynced.Store(true)
+	runner.requestPass()
+	before := clk.reads.Load()
+	for runner.next(ctx) && runner.rec.PassRunning() {
+	}
+	if !runner.Ready() {
+		t.Fatal("the pass did not finish")
+	}
+	if n := clk.reads.Load() - before; n > 20 {
+		t.Errorf("a pass over 1,000 services read the clock %d times", n)
 	}
 }
