@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -154,9 +153,11 @@ type pendingWrites struct {
 	byKey map[string]int // writes waiting per key
 
 	clock   clock.WithDelayedExecution
-	wait    uint64        // numbers the waits: one begins when a write is deferred into an empty queue
-	overdue atomic.Uint64 // the wait whose oldest write has waited maxDeferral (set by timer)
-	timer   clock.Timer   // ends the current wait
+	// overdue: the oldest write has waited maxDeferral. Each wait (from a
+	// write deferred into an empty queue until the queue is empty again)
+	// has a deadline of its own: an earlier wait's timer, firing late,
+	// marks only its own.
+	overdue *deadline
 }
 
 type pendingSet struct {
@@ -257,19 +258,14 @@ func (p *pendingWrites) addServer(key string, v VirtualServerState) {
 }
 
 // beginWait starts the clock on the first write deferred into an empty
-// queue. The timer of an earlier wait may still fire: it marks its own
-// wait, which is over.
-func (p *pendingWrites) beginWait() {
-	p.wait++
-	wait := p.wait
-	p.timer = p.clock.AfterFunc(maxDeferral, func() { p.overdue.Store(wait) })
-}
+// queue.
+func (p *pendingWrites) beginWait() { p.overdue = newDeadline(p.clock, maxDeferral) }
 
-// endWait stops the timer once nothing waits.
+// endWait stops the clock once nothing waits.
 func (p *pendingWrites) endWait() {
-	if p.timer != nil {
-		p.timer.Stop()
-		p.timer = nil
+	if p.overdue != nil {
+		p.overdue.stop()
+		p.overdue = nil
 	}
 }
 
@@ -346,7 +342,7 @@ func (p *pendingWrites) due() dueWrites {
 	if p.empty() {
 		return dueWrites{}
 	}
-	if p.overdue.Load() == p.wait || slices.ContainsFunc(p.full, isIPVSIPs) {
+	if p.overdue != nil && p.overdue.passed() || slices.ContainsFunc(p.full, isIPVSIPs) {
 		return p.all()
 	}
 	return dueWrites{binds: len(p.binds) >= dueMessages, servers: p.serverMsgs >= dueMessages,

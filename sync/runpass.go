@@ -2,11 +2,9 @@ package sync
 
 import (
 	"maps"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // The runner's full passes. A pass begins with the node set-up (Prepare:
@@ -77,36 +75,6 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
 		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
 	return true, res.Prune
-}
-
-// deadline is a flag a timer sets. A pass's step asks after every
-// service whether its time is up; a clock read each was 5 % of the
-// proxy's CPU at 10,000 services in the sandbox, where every clock read
-// is a system call.
-type deadline struct {
-	reached atomic.Bool
-	timer   clock.Timer
-}
-
-// newDeadline returns a deadline d from now (reached already when d is
-// not positive).
-func newDeadline(clk clock.WithDelayedExecution, d time.Duration) *deadline {
-	dl := &deadline{}
-	if d <= 0 {
-		dl.reached.Store(true)
-		return dl
-	}
-	dl.timer = clk.AfterFunc(d, func() { dl.reached.Store(true) })
-	return dl
-}
-
-func (d *deadline) passed() bool { return d.reached.Load() }
-
-// stop releases the timer.
-func (d *deadline) stop() {
-	if d.timer != nil {
-		d.timer.Stop()
-	}
 }
 
 // setUpNode starts the node set-up of a pass beside the loop; its end
