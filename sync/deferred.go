@@ -152,7 +152,7 @@ type pendingWrites struct {
 
 	byKey map[string]int // writes waiting per key
 
-	clock   clock.WithDelayedExecution
+	clock clock.WithDelayedExecution
 	// overdue: the oldest write has waited maxDeferral. Each wait (from a
 	// write deferred into an empty queue until the queue is empty again)
 	// has a deadline of its own: an earlier wait's timer, firing late,
