@@ -38,7 +38,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	queuedAt := r.lastQueued.Swap(0)
 	start := r.clock.Now()
 	f := failures{queued: map[string]error{}, other: map[string]error{}}
-	// The batch's new set entries go many per message (entrybatch.go).
+	// The batch's new objects wait and go many per round trip (deferred.go).
 	r.rec.DeferWrites(true)
 	keys = r.syncEach(keys, true, f)
 	affected = r.syncEach(affected, false, f)

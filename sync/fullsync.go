@@ -168,7 +168,7 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 		res.Failed[key] = errors.Join(res.Failed[key], err)
 		p.failed[key] = res.Failed[key]
 	}
-	// The step's new set entries go many per message (entrybatch.go).
+	// The step's new objects wait and go many per round trip (deferred.go).
 	deferring := r.write.deferring
 	r.write.deferring = true
 	for p.next < len(p.keys) {
