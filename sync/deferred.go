@@ -130,12 +130,9 @@ func withAdded[T any](have, added []T, cmp func(a, b T) int) []T {
 // flush of everything at the end sends a partly filled one.
 const dueMessages = 4 * nlconn.MaxPipelined
 
-// pendingWrites are the deferred writes.
-//
-// Whether the oldest has waited maxDeferral is a flag a timer sets, not
-// a clock read: due runs after every service's sync, and in user-mode
-// Linux each clock read is a system call (0.9 s of the proxy's 53 CPU
-// seconds at 10,000 services, docs/benchmarks.md).
+// pendingWrites are the deferred writes. due runs after every service's
+// sync, so whether the oldest has waited maxDeferral is a deadline's
+// flag, not a clock read (deadline.go).
 type pendingWrites struct {
 	// Set entries, per set in the order wanted.
 	sets map[string]*pendingSet
