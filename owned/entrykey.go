@@ -1,7 +1,10 @@
 package owned
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	gosync "sync"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -17,7 +20,8 @@ import (
 //
 // The set and protocol names are small numbers in one process-wide table
 // (names). It is bounded: it holds the owned sets' names (fixed, seeded
-// below) and protocol names, which ipset only knows a few of.
+// below) and protocol names, which ipset only knows a few of; KeyOf says
+// what becomes of a name past its 65,535.
 //
 // Addresses keep their family (an IPv4 address and its IPv4-mapped IPv6
 // form are different keys, as in SetEntry) but not an IPv6 zone: ipset
@@ -39,10 +43,57 @@ const (
 	famV6   = 2
 )
 
-// KeyOf packs e.
+// KeyOf packs e. It never fails, so that it can key maps on any path:
+// a set or protocol name the process-wide table cannot number (it is
+// full: see nameTable) packs as unnumbered, an id no name is given. Such
+// a key is never equal to the key of an entry whose names are numbered,
+// but entries that differ only in which unnumbered name they have share
+// it, and Set and SetEntry give "(unnumbered)" for that name.
+// CheckedKeyOf reports the case as an error instead.
+//
+// The table cannot fill with ipvsproxy's own sets and the protocols
+// ipset knows (a few dozen names for 65,535 numbers).
 func KeyOf(e SetEntry) EntryKey {
-	x := e.Entry
-	k := EntryKey{port: x.Port, set: names.id(e.Set), proto: names.id(x.Protocol)}
+	k, _ := keyOf(e)
+	return k
+}
+
+// ErrTooManyNames is why CheckedKeyOf cannot key an entry.
+var ErrTooManyNames = errors.New("more than 65,535 distinct set and protocol names")
+
+// CheckedKeyOf packs e as KeyOf does, or, if one of its names cannot be
+// numbered, returns an error (wrapping ErrTooManyNames) that names the
+// entry, with the key KeyOf returns.
+func CheckedKeyOf(e SetEntry) (EntryKey, error) {
+	k, ok := keyOf(e)
+	if !ok {
+		return k, fmt.Errorf("owned: cannot key entry %s of set %q: %w", formatEntry(e.Entry), e.Set, ErrTooManyNames)
+	}
+	return k, nil
+}
+
+// keyOf packs e, numbering its names, and reports whether both have a
+// number (if not, the key holds unnumbered for the other).
+func keyOf(e SetEntry) (EntryKey, bool) {
+	set, okSet := names.id(e.Set)
+	proto, okProto := names.id(e.Entry.Protocol)
+	return pack(e.Entry, set, proto), okSet && okProto
+}
+
+// knownKey packs e if both its names are numbered already, without
+// numbering new ones: a lookup with a name never numbered cannot match a
+// key KeyOf made, so it need not grow the table.
+func knownKey(e SetEntry) (EntryKey, bool) {
+	set, okSet := names.lookup(e.Set)
+	proto, okProto := names.lookup(e.Entry.Protocol)
+	if !okSet || !okProto {
+		return EntryKey{}, false
+	}
+	return pack(e.Entry, set, proto), true
+}
+
+func pack(x ipset.Entry, set, proto uint16) EntryKey {
+	k := EntryKey{port: x.Port, set: set, proto: proto}
 	k.ip, k.fam = packAddr(x.IP, 0, k.fam)
 	k.ip2, k.fam = packAddr(x.IP2, 2, k.fam)
 	if x.Net.IsValid() {
@@ -50,6 +101,28 @@ func KeyOf(e SetEntry) EntryKey {
 		k.bits = uint8(x.Net.Bits())
 	}
 	return k
+}
+
+// formatEntry prints the fields of x that are set, in ipset's order and
+// notation: "10.96.0.1,tcp:443", "30080".
+func formatEntry(x ipset.Entry) string {
+	var parts []string
+	if x.IP.IsValid() {
+		parts = append(parts, x.IP.String())
+	}
+	switch {
+	case x.Protocol != "":
+		parts = append(parts, fmt.Sprintf("%s:%d", x.Protocol, x.Port))
+	case x.Port != 0 || len(parts) == 0:
+		parts = append(parts, fmt.Sprint(x.Port))
+	}
+	if x.IP2.IsValid() {
+		parts = append(parts, x.IP2.String())
+	}
+	if x.Net.IsValid() {
+		parts = append(parts, x.Net.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // SetEntry unpacks k.
@@ -93,7 +166,8 @@ func unpackAddr(b [16]byte, fam uint8, shift uint) netip.Addr {
 // the protocols) are looked up without a lock; others (a set name a test
 // makes up, a protocol ipset reports that ipvsproxy never writes) are
 // added under one. Only set names and protocol names enter it, so it
-// stays small; it refuses to grow past what a uint16 numbers.
+// stays small; it refuses to grow past what a uint16 numbers, keeping
+// one number, unnumbered, for the names it refuses.
 type nameTable struct {
 	fixed  map[string]uint16 // read-only after init
 	seeded []string          // seeded[id] for the fixed names; read-only
@@ -101,6 +175,13 @@ type nameTable struct {
 	ids    map[string]uint16
 	extra  []string // extra[id-len(seeded)]
 }
+
+// unnumbered is the id of the names the full table refuses; no name is
+// given it. unnumberedName is what name returns for it.
+const (
+	unnumbered     = 0xffff
+	unnumberedName = "(unnumbered)"
+)
 
 var names = newNameTable()
 
@@ -119,37 +200,51 @@ func newNameTable() *nameTable {
 	return t
 }
 
-func (t *nameTable) id(s string) uint16 {
-	if id, ok := t.fixed[s]; ok {
-		return id
-	}
-	t.mu.RLock()
-	id, ok := t.ids[s]
-	t.mu.RUnlock()
-	if ok {
-		return id
+// id returns s's number, numbering s if it has none. If the table is
+// full (65,535 names, ids 0 to 0xfffe), it returns unnumbered and false.
+func (t *nameTable) id(s string) (uint16, bool) {
+	if id, ok := t.lookup(s); ok {
+		return id, true
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id, ok := t.ids[s]; ok {
-		return id
+		return id, true
 	}
-	if len(t.seeded)+len(t.extra) > 0xffff {
+	n := len(t.seeded) + len(t.extra)
+	if n >= unnumbered {
 		// More distinct names than ipset has protocols and ipvsproxy
-		// has sets: a bug, not a cluster's size.
-		panic("owned: more than 65,535 distinct set and protocol names")
+		// has sets: the caller's bug, or input nobody expected. Refuse
+		// it rather than reuse a number another name has.
+		return unnumbered, false
 	}
-	id = uint16(len(t.seeded) + len(t.extra))
+	id := uint16(n)
 	t.ids[s] = id
 	t.extra = append(t.extra, s)
-	return id
+	return id, true
 }
 
+// lookup returns s's number if it has one, without numbering it.
+func (t *nameTable) lookup(s string) (uint16, bool) {
+	if id, ok := t.fixed[s]; ok {
+		return id, true
+	}
+	t.mu.RLock()
+	id, ok := t.ids[s]
+	t.mu.RUnlock()
+	return id, ok
+}
+
+// name returns the name numbered id, or unnumberedName for unnumbered
+// (or a number the table never gave).
 func (t *nameTable) name(id uint16) string {
 	if int(id) < len(t.seeded) {
 		return t.seeded[id]
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.extra[int(id)-len(t.seeded)]
+	if i := int(id) - len(t.seeded); i < len(t.extra) {
+		return t.extra[i]
+	}
+	return unnumberedName
 }

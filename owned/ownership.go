@@ -36,6 +36,9 @@ type Ownership struct {
 }
 
 // Owns reports whether the virtual server k is ipvsproxy's; see Ownership.
+// It numbers no name (a protocol no entry has, "proto-47", cannot match
+// one), so no virtual server the kernel lists can fill the table of
+// names EntryKey uses.
 func (o Ownership) Owns(k ipvs.ServiceKey) bool {
 	if Excluded(o.Exclude, k.Address) {
 		return false
@@ -46,7 +49,7 @@ func (o Ownership) Owns(k ipvs.ServiceKey) bool {
 	v6 := k.Address.Is6()
 	ipPort := ipset.Entry{IP: k.Address, Protocol: k.Protocol.String(), Port: k.Port}
 	for _, set := range []string{SetClusterIP, SetExternalIP, SetLoadBalancer, SetNodePortSCTP} {
-		if o.Entries[KeyOf(SetEntry{Set: SetName(set, v6), Entry: ipPort})] {
+		if e, ok := knownKey(SetEntry{Set: SetName(set, v6), Entry: ipPort}); ok && o.Entries[e] {
 			return true
 		}
 	}
@@ -59,8 +62,8 @@ func (o Ownership) Owns(k ipvs.ServiceKey) bool {
 	default:
 		return false
 	}
-	return o.Entries[KeyOf(SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}})] &&
-		slices.Contains(o.NodePorts, k.Address)
+	e, ok := knownKey(SetEntry{Set: SetName(bitmap, v6), Entry: ipset.Entry{Port: k.Port}})
+	return ok && o.Entries[e] && slices.Contains(o.NodePorts, k.Address)
 }
 
 // OwnsAddress reports whether an address on kube-ipvs0 is ipvsproxy's:
