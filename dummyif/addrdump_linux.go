@@ -24,12 +24,26 @@ import (
 // stale cached index the dump would silently come back empty. An address
 // bound twice (IPv4, two prefix lengths) is handed over twice.
 func (n *Netlink) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
+	return n.walkLink(n.dumps.Dump, reset, fn)
+}
+
+// WalkAddressesAmidWrites implements Interface.
+func (n *Netlink) WalkAddressesAmidWrites(reset func(), fn func(netip.Addr) error) error {
+	return n.walkLink(n.dumps.DumpAmidWrites, reset, fn)
+}
+
+// dumpFunc is how a walk reads its dump: nlconn.Conn's Dump or
+// DumpAmidWrites.
+type dumpFunc func(req *nl.NetlinkRequest, reset func(), f nlconn.Handler) error
+
+// walkLink walks the addresses of the link, read by dump.
+func (n *Netlink) walkLink(dump dumpFunc, reset func(), fn func(netip.Addr) error) error {
 	idx, err := n.freshIndex()
 	if err != nil {
 		return err
 	}
 	var fnErr error
-	err = n.walkAddrs(idx, reset, func(_ int, a netip.Addr) error {
+	err = n.walkAddrs(dump, idx, reset, func(_ int, a netip.Addr) error {
 		fnErr = fn(a)
 		return fnErr
 	})
@@ -47,12 +61,12 @@ func (n *Netlink) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
 
 // walkAddrs dumps the addresses of link idx (0: of every link), passing
 // each with its link's index to fn.
-func (n *Netlink) walkAddrs(idx int, reset func(), fn func(linkIndex int, a netip.Addr) error) error {
+func (n *Netlink) walkAddrs(dump dumpFunc, idx int, reset func(), fn func(linkIndex int, a netip.Addr) error) error {
 	req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
 	msg := nl.NewIfAddrmsg(unix.AF_UNSPEC)
 	msg.Index = uint32(idx)
 	req.AddData(msg)
-	return n.dumps.Dump(req, reset, func(typ uint16, data []byte) error {
+	return dump(req, reset, func(typ uint16, data []byte) error {
 		if typ != unix.RTM_NEWADDR {
 			return nil
 		}

@@ -51,7 +51,7 @@ func TestWalkAddrsWire(t *testing.T) {
 	})
 	n := &Netlink{name: DefaultLinkName, dumps: c}
 	var got []string
-	err := n.walkAddrs(5, nil, func(li int, a netip.Addr) error { got = append(got, fmt.Sprint(li, " ", a)); return nil })
+	err := n.walkAddrs(n.dumps.Dump, 5, nil, func(li int, a netip.Addr) error { got = append(got, fmt.Sprint(li, " ", a)); return nil })
 	if want := "[5 10.96.0.10 5 fd00::10]"; err != nil || fmt.Sprint(got) != want {
 		t.Errorf("walk of link 5: %v, %v; want %s", got, err, want)
 	}
@@ -77,11 +77,11 @@ func TestWalkAddrsInterruptedAndGone(t *testing.T) {
 	})
 	n := &Netlink{name: DefaultLinkName, dumps: c}
 	got, resets := map[netip.Addr]bool{}, 0
-	err := n.walkAddrs(5, func() { resets++; clear(got) }, func(_ int, a netip.Addr) error { got[a] = true; return nil })
+	err := n.walkAddrs(n.dumps.Dump, 5, func() { resets++; clear(got) }, func(_ int, a netip.Addr) error { got[a] = true; return nil })
 	if err != nil || resets != 1 || len(got) != 1 || !got[vip4] {
 		t.Errorf("interrupted walk: %v, %d resets, %v", err, resets, got)
 	}
-	if err := n.walkAddrs(5, nil, func(int, netip.Addr) error { return nil }); err != syscall.ENODEV {
+	if err := n.walkAddrs(n.dumps.Dump, 5, nil, func(int, netip.Addr) error { return nil }); err != syscall.ENODEV {
 		t.Errorf("dump ending in ENODEV: %v", err)
 	}
 }

@@ -141,6 +141,18 @@ func (f *Fake) ListAddresses() ([]netip.Addr, error) {
 // ListAddresses; fn runs without the Fake's lock held, so it may call the
 // Fake, as it may call Netlink.
 func (f *Fake) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
+	return f.walk(false, reset, fn)
+}
+
+// WalkAddressesAmidWrites implements Interface, counted as a
+// WalkAddresses: an interrupted walk (InterruptNextWalk) hands over the
+// ghost and then the addresses, without a reset and without an error, as
+// the kernel's dump taken as it came would.
+func (f *Fake) WalkAddressesAmidWrites(reset func(), fn func(netip.Addr) error) error {
+	return f.walk(true, reset, fn)
+}
+
+func (f *Fake) walk(amidWrites bool, reset func(), fn func(netip.Addr) error) error {
 	f.mu.Lock()
 	err := f.begin(VerbWalkAddresses, netip.Addr{})
 	if err == nil && !f.exists {
@@ -159,10 +171,13 @@ func (f *Fake) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
 		if err := fn(GhostAddress); err != nil {
 			return err
 		}
-		if reset == nil {
+		switch {
+		case amidWrites:
+		case reset == nil:
 			return fmt.Errorf("list addresses of %s: %w", f.name, ErrDumpInterrupted)
+		default:
+			reset()
 		}
-		reset()
 	}
 	for _, a := range addrs {
 		if err := fn(a); err != nil {
@@ -176,11 +191,12 @@ func (f *Fake) WalkAddresses(reset func(), fn func(netip.Addr) error) error {
 // it restarts (see InterruptNextWalk). Tests must not bind it.
 var GhostAddress = netip.MustParseAddr("192.0.2.255")
 
-// InterruptNextWalk makes the next n WalkAddresses behave like a kernel
-// dump that raced with a change: each first hands fn GhostAddress (seen by
+// InterruptNextWalk makes the next n walks behave like a kernel dump
+// that raced with a change: each first hands fn GhostAddress (seen by
 // the dump, deleted before it ended), then calls reset and starts again
 // with the real addresses; with a nil reset it fails with
-// ErrDumpInterrupted instead.
+// ErrDumpInterrupted instead. WalkAddressesAmidWrites goes on without a
+// reset.
 func (f *Fake) InterruptNextWalk(n int) {
 	f.mu.Lock()
 	f.interrupts = n

@@ -64,4 +64,17 @@ func TestFakeWalkAddresses(t *testing.T) {
 	if !errors.Is(err, ErrDumpInterrupted) || !slices.Equal(seen, []netip.Addr{GhostAddress}) {
 		t.Errorf("interrupted walk without reset: %v after %v", err, seen)
 	}
+
+	// Amid writes, an interrupted walk is taken as it came: the ghost and
+	// the addresses, no reset, no error, one dump counted.
+	f.InterruptNextWalk(1)
+	f.ResetCounts()
+	seen, resets = nil, 0
+	mustNil(t, f.WalkAddressesAmidWrites(func() { resets++ }, func(a netip.Addr) error { seen = append(seen, a); return nil }))
+	if want := []netip.Addr{GhostAddress, vip4b, vip6}; resets != 0 || !slices.Equal(seen, want) {
+		t.Errorf("interrupted walk amid writes: %d resets, %v; want none and %v", resets, seen, want)
+	}
+	if got := f.Counts()[VerbWalkAddresses]; got != 1 {
+		t.Errorf("walk amid writes counted %d dumps, want 1", got)
+	}
 }

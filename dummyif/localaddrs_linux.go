@@ -47,7 +47,7 @@ func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
 			continue
 		}
 		mark := len(out)
-		err := n.walkAddrs(li, func() { out = out[:mark] }, func(_ int, a netip.Addr) error {
+		err := n.walkAddrs(n.dumps.Dump, li, func() { out = out[:mark] }, func(_ int, a netip.Addr) error {
 			out = append(out, a)
 			return nil
 		})
@@ -67,7 +67,7 @@ func (n *Netlink) LocalAddresses() ([]netip.Addr, error) {
 // link filter: one dump of every link, the dummy's addresses skipped.
 func (n *Netlink) localAddressesOneDump(idx int) ([]netip.Addr, error) {
 	var out []netip.Addr
-	err := n.walkAddrs(0, func() { out = out[:0] }, func(linkIndex int, a netip.Addr) error {
+	err := n.walkAddrs(n.dumps.Dump, 0, func() { out = out[:0] }, func(linkIndex int, a netip.Addr) error {
 		if linkIndex != idx {
 			out = append(out, a)
 		}

@@ -44,6 +44,16 @@ type Interface interface {
 	// for which errors.Is(err, ErrDumpInterrupted) holds. fn may call any
 	// method of the same Interface.
 	WalkAddresses(reset func(), fn func(netip.Addr) error) error
+	// WalkAddressesAmidWrites is WalkAddresses for a reader that learns
+	// another way of the addresses bound and unbound while it reads (a
+	// full pass's journal of the proxy's own writes): a dump the kernel
+	// flags inconsistent is handed over as it came instead of read again.
+	// The kernel flags a dump of every link's addresses whenever any
+	// address of the namespace changes during it, and a kernel before
+	// 4.20 answers the link's walk with that dump. An address unbound
+	// during the walk may have been handed over or skipped, one bound
+	// during it handed over or not.
+	WalkAddressesAmidWrites(reset func(), fn func(netip.Addr) error) error
 	// AddAddress binds addr (as a /32 or /128) on the link. Adding an
 	// address that is already bound is not an error.
 	AddAddress(addr netip.Addr) error

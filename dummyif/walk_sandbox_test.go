@@ -3,12 +3,14 @@
 package dummyif
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -131,4 +133,93 @@ func measure(f func()) (bytes, objects uint64) {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc, after.Mallocs - before.Mallocs
+}
+
+// TestSandboxWalkAmidWrites: a full pass reads the dummy's addresses
+// beside the sync loop, which binds more meanwhile (at start-up, all the
+// time). The kernel flags an address dump of every link interrupted by
+// any address change between two of its messages — and that is the dump
+// a kernel before 4.20 answers the link's walk with (it ignores the
+// filter) — so a walk that insists on a consistent dump fails there. The
+// walk amid writes completes every time, hands over every address bound
+// before it began, and nothing that was never bound: with the link's
+// filter (this kernel) and without (an older one, as its dump comes).
+func TestSandboxWalkAmidWrites(t *testing.T) {
+	const before = 6_000 // far more than one message of the dump
+	n := newLink(t, DefaultLinkName)
+	mustNil(t, n.EnsureLink())
+	var batch strings.Builder
+	for i := range before {
+		fmt.Fprintf(&batch, "addr add 10.96.%d.%d/32 dev %s\n", i>>8, i&0xff, DefaultLinkName)
+	}
+	cmd := exec.Command("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip -batch: %v\n%s", err, out)
+	}
+	idx := linkIndexOf(t, DefaultLinkName)
+
+	var stop atomic.Bool
+	binds := make(chan int)
+	go func() {
+		i := 0
+		for ; !stop.Load() && i < 60_000; i++ {
+			if err := n.AddAddress(netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})); err != nil {
+				t.Errorf("bind: %v", err)
+				break
+			}
+		}
+		binds <- i
+	}()
+	defer func() {
+		if !stop.Load() {
+			stop.Store(true)
+			<-binds
+		}
+	}()
+	// check walks the link's addresses by walk and reports whether every
+	// address bound before is there and nothing else but the new binds.
+	check := func(what string, walk func(reset func(), fn func(linkIndex int, a netip.Addr) error) error) {
+		t.Helper()
+		seen := make(map[netip.Addr]bool, before)
+		err := walk(func() { clear(seen) }, func(li int, a netip.Addr) error {
+			if li != idx {
+				return nil // another link's, in the unfiltered dump
+			}
+			if b := a.As4(); !a.Is4() || b[0] != 10 || b[1] != 96 && b[1] != 99 {
+				t.Errorf("%s handed over %v, never bound", what, a)
+			}
+			seen[a] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s amid binds: %v", what, err)
+		}
+		for i := range before {
+			if a := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}); !seen[a] {
+				t.Fatalf("%s missed %v, bound before it began and never unbound", what, a)
+			}
+		}
+	}
+	strictFailed, walks := 0, 0
+	for deadline := time.Now().Add(5 * time.Second); walks < 10 || time.Now().Before(deadline); walks++ {
+		check("the link's walk", func(reset func(), fn func(int, netip.Addr) error) error {
+			return n.WalkAddressesAmidWrites(reset, func(a netip.Addr) error { return fn(idx, a) })
+		})
+		check("an unfiltered walk amid writes", func(reset func(), fn func(int, netip.Addr) error) error {
+			return n.walkAddrs(n.dumps.DumpAmidWrites, 0, reset, fn)
+		})
+		err := n.walkAddrs(n.dumps.Dump, 0, nil, func(int, netip.Addr) error { return nil })
+		if errors.Is(err, ErrDumpInterrupted) {
+			strictFailed++
+		} else if err != nil {
+			t.Fatalf("strict walk: %v", err)
+		}
+	}
+	stop.Store(true)
+	nBinds := <-binds
+	t.Logf("%d rounds of walks amid %d binds, all complete; %d strict unfiltered walks of the same table failed as interrupted", walks, nBinds, strictFailed)
+	if strictFailed == 0 {
+		t.Errorf("no strict unfiltered walk was interrupted: the binds did not run during the dumps, and the test tested nothing")
+	}
 }

@@ -26,10 +26,10 @@ import (
 // at tens of thousands of services a pass takes seconds to minutes, and a
 // change must not wait for it. What makes that safe:
 //   - the virtual servers, addresses and set entries are read once per
-//     pass, one dump per step before any service's step (at 100,000
-//     services the whole read takes seconds: a change waits for one dump,
-//     not all); the real servers of a service's virtual servers are read
-//     in its own step, right before it is adopted and synced, so the read
+//     pass, beside the sync loop, before the pass begins (passread.go: at
+//     100,000 services the read takes seconds, and no change waits for
+//     it); the real servers of a service's virtual servers are read in
+//     its own step, right before it is adopted and synced, so the read
 //     and the writes that follow see the same kernel;
 //   - every sync, in the pass or between its steps, updates the pass's
 //     snapshot with what it removed and added (the record tells the
@@ -46,18 +46,13 @@ import (
 type fullPass struct {
 	r       *Reconciler
 	snap    *kernelSnapshot
-	reads   []kernelRead // the snapshot's dumps not done yet
-	readLog readTimes    // how long they took
-	keys    []string     // every key known when the pass began, sorted
-	next    int          // keys[next:] are still to do
+	keys    []string // every key known when the pass began, sorted
+	next    int      // keys[next:] are still to do
 	failed  map[string]error
 	adopted int
 }
 
-// readTimes sums a pass's kernel reads, logged once per pass at -v=2. A
-// read (one dump) is never split over steps, so a change that arrives
-// while it runs waits for it: the longest is what bounds the change
-// latency during passes (bench100k).
+// readTimes sums a pass's kernel reads, logged once per pass at -v=2.
 type readTimes struct {
 	total, longest time.Duration
 	longestWhat    string
@@ -85,24 +80,30 @@ type FullSyncResult struct {
 type StepResult struct {
 	// Failed holds the services that failed in this step; retry these.
 	Failed map[string]error
-	// ReadErr is set when the kernel could not be read: the pass is
-	// abandoned and the records are kept as they are. It wraps
-	// ErrPassRead.
-	ReadErr error
 	// Done: the pass has no service left; FinishPass is next.
 	Done bool
 }
 
-// ErrPassRead marks a StepResult.ReadErr.
+// ErrPassRead is wrapped by BeginPass's error when the pass's read of
+// the kernel failed.
 var ErrPassRead = errors.New("full pass: read kernel state")
 
 // BeginPass starts a full pass over keys (the services the proxy knows;
-// services with an applied record are added). It does no I/O: the pass's
-// first steps read the kernel's addresses, set entries and virtual
-// servers. A pass already running is abandoned.
-func (r *Reconciler) BeginPass(keys []string) {
-	r.write.flush() // the pass's read must see them
+// services with an applied record are added) from read, the kernel's
+// addresses, set entries and virtual servers read since StartPassRead
+// (passread.go). A pass already running is abandoned. When the read
+// failed, no pass begins and its error is returned: without a true
+// picture of the kernel, the records are kept as they are.
+func (r *Reconciler) BeginPass(keys []string, read *PassRead) error {
+	r.DropPassRead(read)
 	r.endPass()
+	if read.err != nil {
+		return read.err
+	}
+	read.took.report()
+	snap := read.snap
+	snap.settle(r.rec, read.journal)
+	r.endAdoption() // the pass's read is newer than the start-up one
 	all := make(map[string]bool, len(keys)+len(r.rec.applied))
 	for _, k := range keys {
 		all[k] = true
@@ -110,16 +111,14 @@ func (r *Reconciler) BeginPass(keys []string) {
 	for k := range r.rec.applied {
 		all[k] = true
 	}
-	// The kernel holds about what the records hold.
-	snap := newKernelSnapshot(snapshotSize{addrs: len(r.rec.addrRefs), vs: len(r.rec.vsOwner), entries: len(r.rec.entryRefs)})
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,
-		reads:  snap.reads(r.kernel, r.sets),
 		keys:   slices.Sorted(maps.Keys(all)),
 		failed: map[string]error{},
 	}
 	r.rec.watch(snap)
+	return nil
 }
 
 // endPass forgets the running pass, if any.
@@ -133,32 +132,13 @@ func (r *Reconciler) endPass() {
 // PassRunning reports whether a full pass has begun and not finished.
 func (r *Reconciler) PassRunning() bool { return r.pass != nil }
 
-// StepPass does the pass's next kernel reads, then adopts and syncs its
-// next services, building each one's desired state with want when its
-// turn comes, until stop reports true (asked after each read and each
-// service; at least one is done).
+// StepPass adopts and syncs the pass's next services, building each
+// one's desired state with want when its turn comes, until stop reports
+// true (asked after each service; at least one is done).
 func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() bool) StepResult {
 	p := r.pass
 	if p == nil {
 		return StepResult{Done: true}
-	}
-	for len(p.reads) > 0 {
-		read := p.reads[0]
-		p.reads = p.reads[1:]
-		start := time.Now()
-		if err := read.do(); err != nil {
-			// Without a true picture of the kernel, keep the records we have.
-			r.endPass()
-			return StepResult{ReadErr: fmt.Errorf("%w: %w", ErrPassRead, err)}
-		}
-		p.readLog.add(read.what, time.Since(start))
-		if len(p.reads) == 0 {
-			r.endAdoption() // the pass's read is newer than the start-up one
-			p.readLog.report()
-		}
-		if stop() {
-			return StepResult{}
-		}
 	}
 	var res StepResult
 	fail := func(key string, err error) {

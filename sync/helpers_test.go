@@ -205,14 +205,17 @@ func assertText(t testing.TB, what, got, want string) {
 // service the proxy knows (internal/enginetest.FullSync, which imports
 // this package, for the tests inside it).
 func fullSync(rec *Reconciler, want map[string]*ServiceState) (FullSyncResult, error) {
-	rec.BeginPass(slices.Collect(maps.Keys(want)))
+	if err := rec.BeginPass(slices.Collect(maps.Keys(want)), rec.ReadForPass()); err != nil {
+		return FullSyncResult{}, err
+	}
 	for {
 		step := rec.StepPass(func(k string) *ServiceState { return want[k] }, func() bool { return false })
-		if step.ReadErr != nil {
-			return FullSyncResult{}, step.ReadErr
-		}
 		if step.Done {
 			return rec.FinishPass(), nil
 		}
 	}
 }
+
+// passInProgress reports whether a full pass is under way: its node
+// set-up and read beside the loop, or its steps.
+func (r *Runner) passInProgress() bool { return r.settingUp || r.rec.PassRunning() }

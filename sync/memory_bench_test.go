@@ -73,8 +73,9 @@ func BenchmarkRetainedMemory(b *testing.B) {
 // passSnapshotBytes begins a full pass over keys, does its kernel reads,
 // and returns the live heap then minus before; the pass is abandoned.
 func passSnapshotBytes(r *Reconciler, keys []string, before uint64) uint64 {
-	r.BeginPass(keys)
-	r.StepPass(func(string) *ServiceState { return nil }, func() bool { return len(r.pass.reads) == 0 })
+	if err := r.BeginPass(keys, r.ReadForPass()); err != nil {
+		panic(err)
+	}
 	during := liveHeap()
 	r.endPass()
 	return during - before

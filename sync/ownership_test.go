@@ -81,7 +81,7 @@ func TestRunnerPrunesNodePortsOnNodePortAddresses(t *testing.T) {
 	runner.informersSynced.Store(true)
 	runner.requestPass() // the first pass, once the informers have synced
 	ctx := context.Background()
-	for runner.next(ctx); restarted.rec.PassRunning(); runner.next(ctx) {
+	for runner.next(ctx); runner.passInProgress(); runner.next(ctx) {
 	}
 	assertText(t, "ipvsadm -Sn after the first pass", k.IPVS.String(), "-A -t 192.0.2.20:30080 -s wrr")
 }

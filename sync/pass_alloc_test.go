@@ -23,7 +23,9 @@ func TestPassWithoutDriftAllocatesLittle(t *testing.T) {
 	get := func(k string) *ServiceState { return want[k] }
 	never := func() bool { return false }
 	allocs := testing.AllocsPerRun(3, func() {
-		e.rec.BeginPass(nil)
+		if err := e.rec.BeginPass(nil, e.rec.ReadForPass()); err != nil {
+			t.Fatal(err)
+		}
 		if !e.rec.StepPass(get, never).Done {
 			t.Fatal("one StepPass that never stops left services undone")
 		}

@@ -30,7 +30,13 @@ type record struct {
 	// abandoned for a newer one must not lose them, since the forgotten
 	// record no longer names them.
 	released map[ipvs.ServiceKey]bool
-	watchers []*kernelSnapshot
+	watchers []syncWatcher
+}
+
+// syncWatcher follows every change stored in a record: a snapshot in use
+// (noteSynced keeps it true) or a pass read's journal.
+type syncWatcher interface {
+	noteSynced(rec *record, old, now *ServiceState)
 }
 
 func newRecord() *record {
@@ -78,10 +84,10 @@ func (r *record) store(key string, old, got *ServiceState) {
 }
 
 // watch makes s follow every change stored from now on; unwatch stops it.
-func (r *record) watch(s *kernelSnapshot) { r.watchers = append(r.watchers, s) }
+func (r *record) watch(s syncWatcher) { r.watchers = append(r.watchers, s) }
 
-func (r *record) unwatch(s *kernelSnapshot) {
-	r.watchers = slices.DeleteFunc(r.watchers, func(x *kernelSnapshot) bool { return x == s })
+func (r *record) unwatch(s syncWatcher) {
+	r.watchers = slices.DeleteFunc(r.watchers, func(x syncWatcher) bool { return x == s })
 }
 
 // counts returns how many virtual and real servers the records hold.

@@ -8,24 +8,28 @@ import (
 )
 
 // The runner's full passes. A pass begins with the node set-up (Prepare:
-// the dummy link, the sets, the fixed rules or the nftables table), which
-// runs beside the sync loop rather than in it: the rules' read-back runs
-// iptables-save (and iptables-restore when they drifted), processes that
-// took 0.3–0.7 s per pass in the sandbox at 10,000 services, and a
+// the dummy link, the sets, the fixed rules or the nftables table) and
+// the pass's read of the kernel (passread.go), both beside the sync loop
+// rather than in it: the rules' read-back runs iptables-save (and
+// iptables-restore when they drifted), processes that took 0.3–0.7 s per
+// pass in the sandbox at 10,000 services, the read 0.6–0.9 s more, and a
 // change must not wait for them. The loop goes on syncing changes; the
-// batch after the set-up ends begins the pass (or, when it failed, counts
-// a node-wide failure). The pass's duration includes the set-up.
+// batch after the read ends begins the pass (or, when the set-up or the
+// read failed, counts a node-wide failure). The pass's duration includes
+// the set-up and the read.
 //
 // Running beside the loop is safe: the set-up only creates what is
 // missing and rewrites the fixed rules, objects the loop's writes do not
 // touch, through adapters safe for concurrent use (a set deleted behind
 // our back fails the writes to it until the set-up creates it again, as
-// it did before).
+// it did before); the read fills a snapshot of its own, and what the
+// loop writes meanwhile is journaled.
 
-// setUpResult is how the node set-up of a pass ended.
+// setUpResult is how the node set-up and the read of a pass ended.
 type setUpResult struct {
-	err  error
-	took time.Duration
+	err  error         // the node set-up's
+	took time.Duration // the node set-up's
+	read *PassRead     // run unless the set-up failed
 }
 
 // stepFullPass begins a pass's node set-up when a pass is wanted and none
@@ -40,9 +44,7 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 			return false, err
 		}
 	} else if wanted && !r.rec.PassRunning() && !r.settingUp {
-		if err := r.setUpNode(); err != nil {
-			return false, err
-		}
+		r.setUpNode()
 	}
 	if !r.rec.PassRunning() {
 		return false, nil
@@ -51,11 +53,6 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 	step := r.rec.StepPass(r.build, over.passed)
 	over.stop()
 	maps.Copy(failed, step.Failed)
-	if step.ReadErr != nil {
-		// The pass is abandoned; it is tried again with backoff.
-		klog.ErrorS(step.ReadErr, "Full sync could not read the kernel")
-		return false, step.ReadErr
-	}
 	if !step.Done {
 		return false, nil // the next wake-up continues it
 	}
@@ -77,33 +74,42 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 	return true, res.Prune
 }
 
-// setUpNode starts the node set-up of a pass beside the loop; its end
-// wakes the loop (events.setUp). Without a Prepare the pass begins at
-// once.
-func (r *Runner) setUpNode() error {
+// setUpNode starts the node set-up and the read of a pass beside the
+// loop; their end wakes the loop (events.setUp).
+func (r *Runner) setUpNode() {
 	r.passStart = r.clock.Now() // the pass's time includes the node set-up and the kernel read
-	if r.cfg.Prepare == nil {
-		return r.beginFullPass(setUpResult{})
-	}
+	read := r.rec.StartPassRead()
 	r.settingUp = true
 	go func() {
-		start := r.clock.Now()
-		err := r.cfg.Prepare()
-		r.ev.setUp <- setUpResult{err: err, took: r.clock.Since(start)}
+		res := setUpResult{read: read}
+		if r.cfg.Prepare != nil {
+			start := r.clock.Now()
+			res.err = r.cfg.Prepare()
+			res.took = r.clock.Since(start)
+		}
+		if res.err == nil {
+			_ = read.Run() // kept in read: BeginPass reports it
+		}
+		r.ev.setUp <- res
 	}()
-	return nil
 }
 
-// beginFullPass begins the pass whose node set-up ended with res.
+// beginFullPass begins the pass whose node set-up and read ended with
+// res.
 func (r *Runner) beginFullPass(res setUpResult) error {
 	r.settingUp = false
 	if res.err != nil {
+		r.rec.DropPassRead(res.read)
 		klog.ErrorS(res.err, "Preparing node-wide objects failed")
 		return res.err
 	}
 	r.passPrepareTook = res.took
 	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
 	r.forgetLoadedSchedulers()
-	r.rec.BeginPass(r.tracker.Keys())
+	if err := r.rec.BeginPass(r.tracker.Keys(), res.read); err != nil {
+		// The pass is abandoned; it is tried again with backoff.
+		klog.ErrorS(err, "Full sync could not read the kernel")
+		return err
+	}
 	return nil
 }

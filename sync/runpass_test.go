@@ -98,7 +98,7 @@ func TestPassStepReadsTheClockOnce(t *testing.T) {
 	runner.informersSynced.Store(true)
 	runner.requestPass()
 	before := clk.reads.Load()
-	for runner.next(ctx) && runner.rec.PassRunning() {
+	for runner.next(ctx) && runner.passInProgress() {
 	}
 	if !runner.Ready() {
 		t.Fatal("the pass did not finish")

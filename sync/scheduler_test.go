@@ -47,7 +47,7 @@ func TestMissingSchedulerFallsBackWithWarning(t *testing.T) {
 	loaded = true
 	k.ResetCounts()
 	runner.requestPass()
-	for runner.next(ctx); e.rec.PassRunning(); runner.next(ctx) {
+	for runner.next(ctx); runner.passInProgress(); runner.next(ctx) {
 	}
 	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 10.96.0.10:80 -s nq")
 	if w := k.writes(); w["UpdateVirtualServer"] != 1 || w["DeleteVirtualServer"] != 0 {

@@ -86,16 +86,16 @@ func readSnapshot(k owned.Kernel, sets []string) (*kernelSnapshot, error) {
 // the virtual servers, one dump each, whatever the number of services.
 // The dumps are streamed into the snapshot's maps (the adapters'
 // walkers), so reading 100,000 virtual servers holds no second copy of
-// them; a dump the kernel reports inconsistent is read again, after
-// dropping what it delivered.
+// them; a dump that lost messages is read again, after dropping what it
+// delivered.
 //
-// The reads may be spread over a pass's steps with syncs between them: a
-// sync keeps the parts already read true (noteSynced) and the parts read
-// later see the kernel after it, so the snapshot is as true as one read
-// at once.
+// A pass's reads run beside the sync loop, and its journal settles what
+// the loop wrote meanwhile (passread.go); so an address dump the kernel
+// flags inconsistent is taken as it came (WalkAddressesAmidWrites), as
+// the IPVS and ipset dumps, which never flag it, always are.
 func (s *kernelSnapshot) reads(k owned.Kernel, sets []string) []kernelRead {
 	reads := []kernelRead{{"addresses", func() error {
-		return k.Dummy.WalkAddresses(func() { clear(s.addrs) }, func(a netip.Addr) error {
+		return k.Dummy.WalkAddressesAmidWrites(func() { clear(s.addrs) }, func(a netip.Addr) error {
 			s.addrs[a] = true
 			return nil
 		})
@@ -229,17 +229,12 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 	for _, v := range now.VirtualServers {
 		kv := s.vs[v.VS.ServiceKey]
 		if kv == nil {
-			// Created by this sync: its real servers are the ones the sync
-			// added, known without a read. At start-up a service is synced
-			// once for its Service and again for its slices, and the
-			// second sync's adoption would otherwise dump the real servers
-			// of every virtual server the first one created (a quarter of
-			// the proxy's start-up CPU at 10,000 services). The slice is
-			// the record's, never changed in place; someone else's real
-			// servers added meanwhile are found by the next pass's read.
-			kv = newKernelVS(v.VS)
-			kv.reals, kv.loaded = v.Reals, true
-			s.vs[v.VS.ServiceKey] = kv
+			// Created by this sync. At start-up a service is synced once
+			// for its Service and again for its slices, and the second
+			// sync's adoption would otherwise dump the real servers of
+			// every virtual server the first one created (a quarter of the
+			// proxy's start-up CPU at 10,000 services).
+			s.vs[v.VS.ServiceKey] = writtenVS(&v)
 			continue
 		}
 		kv.set(v.VS)
@@ -251,6 +246,16 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 			kv.reals = mergeReals(kv.reals, before, v.Reals)
 		}
 	}
+}
+
+// writtenVS is a virtual server ipvsproxy created, with the real servers
+// it added: known without a read. The slice is the record's, never
+// changed in place; someone else's real servers added since are found by
+// the next pass's read.
+func writtenVS(v *VirtualServerState) *kernelVS {
+	kv := newKernelVS(v.VS)
+	kv.reals, kv.loaded = v.Reals, true
+	return kv
 }
 
 // mergeReals applies one sync's change of a virtual server's real servers

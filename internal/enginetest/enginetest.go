@@ -13,12 +13,11 @@ import (
 // FullSync runs a whole pass at once over want, which must hold every
 // service the proxy knows, including those whose state is empty.
 func FullSync(rec *sync.Reconciler, want map[string]*sync.ServiceState) (sync.FullSyncResult, error) {
-	rec.BeginPass(slices.Collect(maps.Keys(want)))
+	if err := rec.BeginPass(slices.Collect(maps.Keys(want)), rec.ReadForPass()); err != nil {
+		return sync.FullSyncResult{}, err
+	}
 	for {
 		step := rec.StepPass(func(k string) *sync.ServiceState { return want[k] }, func() bool { return false })
-		if step.ReadErr != nil {
-			return sync.FullSyncResult{}, step.ReadErr
-		}
 		if step.Done {
 			return rec.FinishPass(), nil
 		}

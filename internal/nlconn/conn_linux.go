@@ -155,6 +155,23 @@ func (c *Conn) ExecuteReport(req *nl.NetlinkRequest, f Handler, report ErrorRepo
 // reset it does not restart. When it gives up the error wraps
 // ErrDumpInterrupted.
 func (c *Conn) Dump(req *nl.NetlinkRequest, reset func(), f Handler) error {
+	return c.dump(req, reset, f, false)
+}
+
+// DumpAmidWrites is Dump for a reader that learns another way of the
+// writes made while it reads (a full pass's journal of the proxy's own
+// writes): a dump the kernel flags inconsistent is taken as it came, not
+// read again. rtnetlink flags every dump of all links' addresses during
+// which any address of the namespace was bound or unbound, so such a dump
+// read beside a busy writer would otherwise fail every attempt. What such a dump may hold is
+// the caller's to accept: an object deleted during it seen or missed (the
+// kernel resumes each batch by position), one added seen or not. Lost
+// replies (ENOBUFS) still restart it.
+func (c *Conn) DumpAmidWrites(req *nl.NetlinkRequest, reset func(), f Handler) error {
+	return c.dump(req, reset, f, true)
+}
+
+func (c *Conn) dump(req *nl.NetlinkRequest, reset func(), f Handler, amidWrites bool) error {
 	s, release, err := c.session()
 	if err != nil {
 		return err
@@ -162,6 +179,9 @@ func (c *Conn) Dump(req *nl.NetlinkRequest, reset func(), f Handler) error {
 	defer release()
 	for attempt := 1; ; attempt++ {
 		err := c.exchange(s, req, f, nil)
+		if amidWrites && errors.Is(err, ErrDumpInterrupted) {
+			return nil // exchange reports the flag only once the dump ended
+		}
 		if !errors.Is(err, ErrDumpInterrupted) && !errors.Is(err, unix.ENOBUFS) {
 			return err
 		}

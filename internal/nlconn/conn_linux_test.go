@@ -117,6 +117,38 @@ func TestDumpInterruptedGivesUp(t *testing.T) {
 	}
 }
 
+// A dump read amid the reader's own writes takes an interrupted dump as
+// it came (one request, no reset, every message handed over), and still
+// restarts one that lost messages.
+func TestDumpAmidWritesTakesAnInterruptedDump(t *testing.T) {
+	c, k := newTestConn(t, func(n int, seq uint32) []any {
+		if n == 0 {
+			return []any{join(item(seq, "a", 0)), join(item(seq, "b", unix.NLM_F_DUMP_INTR), done(seq, 0, unix.NLM_F_DUMP_INTR))}
+		}
+		return nil
+	})
+	var col collector
+	if err := c.DumpAmidWrites(dumpReq(), col.reset, col.handle); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(col.got, want) || col.resets != 0 || len(k.Reqs) != 1 {
+		t.Errorf("got %v after %d resets and %d requests; want %v after none and 1", col.got, col.resets, len(k.Reqs), want)
+	}
+	c, k = newTestConn(t, func(n int, seq uint32) []any {
+		if n == 0 {
+			return []any{join(item(seq, "a", 0)), unix.ENOBUFS}
+		}
+		return []any{join(item(seq, "a", unix.NLM_F_DUMP_INTR), item(seq, "b", 0), done(seq, 0, 0))}
+	})
+	col = collector{}
+	if err := c.DumpAmidWrites(dumpReq(), col.reset, col.handle); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(col.got, want) || col.resets != 1 || len(k.Reqs) != 2 {
+		t.Errorf("after lost messages: got %v after %d resets and %d requests; want %v after 1 and 2", col.got, col.resets, len(k.Reqs), want)
+	}
+}
+
 // Lost messages (ENOBUFS) mean the socket's state is unknown: it is
 // closed, a new one opened, and the dump restarted after a reset.
 func TestDumpENOBUFSRestartsOnNewSocket(t *testing.T) {

@@ -19,7 +19,9 @@
 //   - a system call interrupted by a signal (EINTR) is repeated;
 //   - a dump the kernel marks inconsistent (NLM_F_DUMP_INTR) or that lost
 //     messages (ENOBUFS) is restarted from the beginning a bounded number
-//     of times, after the caller's reset has dropped what it had;
+//     of times, after the caller's reset has dropped what it had (a
+//     reader that follows its own writes another way takes an
+//     inconsistent dump as it came: DumpAmidWrites);
 //   - a receive times out, so a lost reply cannot hang the sync loop;
 //   - replies to other requests (another sequence number) are skipped.
 package nlconn
