@@ -1,10 +1,7 @@
 package owned
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
-	"strings"
 	gosync "sync"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -49,35 +46,14 @@ const (
 // a key is never equal to the key of an entry whose names are numbered,
 // but entries that differ only in which unnumbered name they have share
 // it, and Set and SetEntry give "(unnumbered)" for that name.
-// CheckedKeyOf reports the case as an error instead.
 //
 // The table cannot fill with ipvsproxy's own sets and the protocols
-// ipset knows (a few dozen names for 65,535 numbers).
+// ipset knows (a few dozen names for 65,535 numbers): the fallback only
+// keeps a made-up input from panicking.
 func KeyOf(e SetEntry) EntryKey {
-	k, _ := keyOf(e)
-	return k
-}
-
-// ErrTooManyNames is why CheckedKeyOf cannot key an entry.
-var ErrTooManyNames = errors.New("more than 65,535 distinct set and protocol names")
-
-// CheckedKeyOf packs e as KeyOf does, or, if one of its names cannot be
-// numbered, returns an error (wrapping ErrTooManyNames) that names the
-// entry, with the key KeyOf returns.
-func CheckedKeyOf(e SetEntry) (EntryKey, error) {
-	k, ok := keyOf(e)
-	if !ok {
-		return k, fmt.Errorf("owned: cannot key entry %s of set %q: %w", formatEntry(e.Entry), e.Set, ErrTooManyNames)
-	}
-	return k, nil
-}
-
-// keyOf packs e, numbering its names, and reports whether both have a
-// number (if not, the key holds unnumbered for the other).
-func keyOf(e SetEntry) (EntryKey, bool) {
-	set, okSet := names.id(e.Set)
-	proto, okProto := names.id(e.Entry.Protocol)
-	return pack(e.Entry, set, proto), okSet && okProto
+	set, _ := names.id(e.Set)
+	proto, _ := names.id(e.Entry.Protocol)
+	return pack(e.Entry, set, proto)
 }
 
 // knownKey packs e if both its names are numbered already, without
@@ -101,28 +77,6 @@ func pack(x ipset.Entry, set, proto uint16) EntryKey {
 		k.bits = uint8(x.Net.Bits())
 	}
 	return k
-}
-
-// formatEntry prints the fields of x that are set, in ipset's order and
-// notation: "10.96.0.1,tcp:443", "30080".
-func formatEntry(x ipset.Entry) string {
-	var parts []string
-	if x.IP.IsValid() {
-		parts = append(parts, x.IP.String())
-	}
-	switch {
-	case x.Protocol != "":
-		parts = append(parts, fmt.Sprintf("%s:%d", x.Protocol, x.Port))
-	case x.Port != 0 || len(parts) == 0:
-		parts = append(parts, fmt.Sprint(x.Port))
-	}
-	if x.IP2.IsValid() {
-		parts = append(parts, x.IP2.String())
-	}
-	if x.Net.IsValid() {
-		parts = append(parts, x.Net.String())
-	}
-	return strings.Join(parts, ",")
 }
 
 // SetEntry unpacks k.

@@ -1,10 +1,8 @@
 package owned
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	gosync "sync"
 	"testing"
 
@@ -45,10 +43,10 @@ func fillNameTable(tb testing.TB, t *nameTable) (first, refused string) {
 }
 
 // TestEntryKeyNameOverflow: with every number of the name table given,
-// keying an entry with a new set or protocol name does not panic:
-// CheckedKeyOf says which entry it cannot key, KeyOf gives a key that
-// equals no correctly numbered entry's, and entries whose names were
-// numbered still key and round-trip as before.
+// keying an entry with a new set or protocol name does not panic: KeyOf
+// gives a key that equals no correctly numbered entry's and unpacks the
+// name as "(unnumbered)", and entries whose names were numbered still
+// key and round-trip as before.
 func TestEntryKeyNameOverflow(t *testing.T) {
 	useNameTable(t, newNameTable())
 	numbered, _ := fillNameTable(t, names)
@@ -56,29 +54,13 @@ func TestEntryKeyNameOverflow(t *testing.T) {
 	ip := netip.MustParseAddr
 	x := ipset.Entry{IP: ip("10.0.0.1"), Protocol: "tcp", Port: 80}
 	newSet := SetEntry{Set: "TEST-SET-OVERFLOW", Entry: x}
-	k, err := CheckedKeyOf(newSet)
-	if !errors.Is(err, ErrTooManyNames) {
-		t.Fatalf("CheckedKeyOf(%+v) error = %v, want ErrTooManyNames", newSet, err)
-	}
-	const want = `owned: cannot key entry 10.0.0.1,tcp:80 of set "TEST-SET-OVERFLOW": more than 65,535 distinct set and protocol names`
-	if err.Error() != want {
-		t.Errorf("CheckedKeyOf error:\n got %s\nwant %s", err, want)
-	}
-	if strings.Contains(err.Error(), "\n") {
-		t.Errorf("CheckedKeyOf error is not one line: %q", err)
-	}
-	if KeyOf(newSet) != k {
-		t.Errorf("KeyOf and CheckedKeyOf disagree on %+v", newSet)
-	}
+	k := KeyOf(newSet)
 	if k.Set() != unnumberedName || k.SetEntry() != (SetEntry{Set: unnumberedName, Entry: x}) {
 		t.Errorf("unnumbered key unpacks as %+v", k.SetEntry())
 	}
 
 	newProto := SetEntry{Set: SetClusterIP, Entry: ipset.Entry{IP: ip("10.0.0.1"), Protocol: "proto-99", Port: 80}}
-	kp, err := CheckedKeyOf(newProto)
-	if !errors.Is(err, ErrTooManyNames) || !strings.Contains(err.Error(), `10.0.0.1,proto-99:80 of set "KUBE-CLUSTER-IP"`) {
-		t.Errorf("CheckedKeyOf(%+v) error = %v", newProto, err)
-	}
+	kp := KeyOf(newProto)
 	if got := kp.SetEntry(); got.Set != SetClusterIP || got.Entry.Protocol != unnumberedName {
 		t.Errorf("key with an unnumbered protocol unpacks as %+v", got)
 	}
@@ -91,10 +73,7 @@ func TestEntryKeyNameOverflow(t *testing.T) {
 		{Set: SetClusterIP, Entry: ipset.Entry{IP: ip("10.0.0.1"), Port: 80}},
 		{Set: SetNodePortTCP, Entry: ipset.Entry{Port: 30080}},
 	} {
-		ke, err := CheckedKeyOf(e)
-		if err != nil {
-			t.Errorf("CheckedKeyOf(%+v): %v", e, err)
-		}
+		ke := KeyOf(e)
 		if got := ke.SetEntry(); got != e {
 			t.Errorf("KeyOf(%+v).SetEntry() = %+v", e, got)
 		}
@@ -203,10 +182,9 @@ func TestEntryKeyAllocs(t *testing.T) {
 	o := Ownership{Entries: map[EntryKey]bool{KeyOf(seeded): true}}
 	sk := ipvs.ServiceKey{Address: ip("10.96.0.1"), Protocol: ipvs.UDP, Port: 53}
 	for name, f := range map[string]func(){
-		"KeyOf seeded":        func() { _ = KeyOf(seeded) },
-		"KeyOf extra":         func() { _ = KeyOf(extra) },
-		"CheckedKeyOf seeded": func() { _, _ = CheckedKeyOf(seeded) },
-		"Owns":                func() { _ = o.Owns(sk) },
+		"KeyOf seeded": func() { _ = KeyOf(seeded) },
+		"KeyOf extra":  func() { _ = KeyOf(extra) },
+		"Owns":         func() { _ = o.Owns(sk) },
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
 			t.Errorf("%s: %v allocations, want 0", name, n)
