@@ -25,7 +25,6 @@ import (
 // in service match. changereport.go sorts the changes into those written
 // during a full pass and those between passes.
 const (
-	minChanges = 100 // made in all, however soon the passes are timed
 	// A change every 0.5–1 s, at random so changes do not fall into step
 	// with the proxy's ticks: passes and their gaps both get many.
 	changeGapMin, changeGapMax = 500 * time.Millisecond, time.Second
@@ -36,7 +35,8 @@ const (
 	// then counts at this latency (a lower bound) and as timed out.
 	changeTimeout = 60 * time.Second
 	// changeOvertime bounds the changes made once the passes are timed,
-	// to reach minChanges; three timeouts in a row end them too.
+	// to reach the minimum (-min-changes); three timeouts in a row end
+	// them too.
 	changeOvertime = 3 * time.Minute
 	restoreTimeout = 3 * time.Minute
 )
@@ -65,6 +65,7 @@ type changer struct {
 	h       *ipvs.Handle
 	orig    map[int]*discoveryv1.EndpointSlice // each changed service's slice before its change
 	spares  int                                // unused endpoint addresses handed out
+	min     int                                // changes to make at least, however soon the passes are timed
 	results []changeResult                     // written by run until done is closed
 	stopAt  atomic.Int64                       // when stop was asked (UnixNano), 0: not yet
 	done    chan struct{}
@@ -76,8 +77,8 @@ type changer struct {
 
 // startChanges begins the changes; on failure the changer is inert and
 // says why in its report.
-func startChanges(w *workload, cs *fake.Clientset, seed uint64, begin time.Time) *changer {
-	ch := &changer{w: w, cs: cs, begin: begin, rng: rand.New(rand.NewPCG(seed, 20)),
+func startChanges(w *workload, cs *fake.Clientset, seed uint64, minChanges int, begin time.Time) *changer {
+	ch := &changer{w: w, cs: cs, begin: begin, min: minChanges, rng: rand.New(rand.NewPCG(seed, 20)),
 		orig: map[int]*discoveryv1.EndpointSlice{}, done: make(chan struct{})}
 	if ch.h, ch.err = ipvs.New(""); ch.err != nil {
 		logf("changes: no IPVS handle: %v", ch.err)
@@ -85,7 +86,7 @@ func startChanges(w *workload, cs *fake.Clientset, seed uint64, begin time.Time)
 		return ch
 	}
 	logf("changes: one endpoint change every %v–%v while the full passes are timed (at least %d), each polled every %v",
-		changeGapMin, changeGapMax, minChanges, changePollEvery)
+		changeGapMin, changeGapMax, ch.min, changePollEvery)
 	go ch.run()
 	return ch
 }
@@ -94,7 +95,7 @@ func (ch *changer) run() {
 	defer close(ch.done)
 	timeouts := 0
 	for k := 0; ; k++ {
-		if at := ch.stopAt.Load(); at != 0 && (len(ch.results) >= minChanges ||
+		if at := ch.stopAt.Load(); at != 0 && (len(ch.results) >= ch.min ||
 			time.Since(time.Unix(0, at)) > changeOvertime || timeouts >= 3) {
 			return
 		}

@@ -67,7 +67,7 @@ import (
 
 type config struct {
 	n, samples, requests, fullPasses int
-	procCheckMax                     int
+	procCheckMax, minChanges         int
 	seed                             uint64
 	ipvsproxy, results, node         string
 	nodeIP                           netip.Addr
@@ -81,6 +81,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&c.samples, "samples", 50, "services whose endpoints are real pods and whose ClusterIP gets traffic")
 	flag.IntVar(&c.requests, "requests", 20, "requests (new connections) per sampled ClusterIP")
 	flag.IntVar(&c.fullPasses, "full-passes", 2, "periodic full passes to time after the kernel is complete")
+	flag.IntVar(&c.minChanges, "min-changes", 100, "endpoint changes to make and time, at least, while the full passes are timed (about a third fall during passes)")
 	flag.Uint64Var(&c.seed, "seed", 9, "seed of the sample")
 	flag.IntVar(&c.procCheckMax, "proc-check-max", 20000, "read /proc/net/ip_vs at the end up to this many services (its cost grows with the square: 12 s at 20,000, more than 12 min at 100,000)")
 	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "bin/ipvsproxy", "the proxy binary")
@@ -252,7 +253,10 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
 		failures = append(failures, msg)
 	}
-	changes := startChanges(w, srv.cs, c.seed, begin)
+	changes := startChanges(w, srv.cs, c.seed, c.minChanges, begin)
+	// Where the proxy's CPU goes while the changes are timed: the passes'
+	// steps and the changes between them.
+	go saveProfile(filepath.Join(c.results, "cpu-during-changes.pprof"), "profile?seconds=60")
 	if err := timeFullPasses(c, proxy, begin, r); err != nil {
 		failures = append(failures, err.Error())
 	}
