@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -184,6 +185,14 @@ func (l latencyStats) String() string {
 	return fmt.Sprintf("%d (p50 %.1f ms, p99 %.1f ms, max %.1f ms)", l.Count, l.P50Ms, l.P99Ms, l.MaxMs)
 }
 
+// slowest is the change that took longest; false when there is none.
+func slowest(list []changeResult) (changeResult, bool) {
+	if len(list) == 0 {
+		return changeResult{}, false
+	}
+	return slices.MaxFunc(list, func(a, b changeResult) int { return cmp.Compare(a.LatencyMs, b.LatencyMs) }), true
+}
+
 // changesMarkdown is the summary's table of change latencies.
 func (r *report) changesMarkdown(b *strings.Builder) {
 	c := r.Changes
@@ -206,8 +215,12 @@ func (r *report) changesMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "| target: p99 of the changes during passes ≤ %.0f ms | %s |\n", changeTargetMs, c.Target)
 	fmt.Fprintf(b, "| changes not seen within %v (counted at that) | %d |\n", changeTimeout, c.TimedOut)
 	fmt.Fprintf(b, "| full passes in the proxy's log | %d |\n", len(c.Passes))
+	if slow, ok := slowest(c.List); ok {
+		fmt.Fprintf(b, "| the slowest change (%s): its longest gap between two polls (every %.0f ms: a longer gap means the guest held the benchmark up too) | %.1f ms: %.1f ms |\n",
+			slow.Class, c.PollEveryMs, slow.LatencyMs, slow.MaxPollGapMs)
+	}
 	if p := longestRead(c.Passes); p.LongestRead != "" {
-		fmt.Fprintf(b, "| longest kernel read of a pass (one dump; a change waits for it) | %.0f ms (%s) |\n",
+		fmt.Fprintf(b, "| longest kernel read of a pass (one dump; since 97960ff beside the sync loop, before a change waited for it) | %.0f ms (%s) |\n",
 			p.LongestReadMs, p.LongestRead)
 	}
 	fmt.Fprintf(b, "| restored slices back in the kernel, drained servers gone (s) | %s |\n", seconds(c.RestoreSeconds, "never"))

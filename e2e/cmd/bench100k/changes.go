@@ -52,8 +52,13 @@ type changeResult struct {
 	LatencyMs      float64 `json:"latencyMs"`      // the write → the kernel seen right
 	TimedOut       bool    `json:"timedOut,omitempty"`
 	Polls          int     `json:"polls"`
-	Class          string  `json:"class"` // changereport.go
-	written        time.Time
+	// MaxPollGapMs is the longest time between two of its polls' starts
+	// (changePollEvery plus a poll's round trip, when nothing holds up
+	// the benchmark or the guest): a change slower by about as much was
+	// slowed by the guest, not necessarily by the proxy.
+	MaxPollGapMs float64 `json:"maxPollGapMs"`
+	Class        string  `json:"class"` // changereport.go
+	written      time.Time
 }
 
 // changer makes and measures the changes, one at a time.
@@ -155,7 +160,13 @@ func (ch *changer) one(k int) (changeResult, error) {
 		return res, err
 	}
 	vs := critVS{proto: syscall.IPPROTO_TCP, ip: clusterIP(i), port: servicePort}
+	var lastPoll time.Time
 	for {
+		now := time.Now()
+		if !lastPoll.IsZero() {
+			res.MaxPollGapMs = max(res.MaxPollGapMs, float64(now.Sub(lastPoll).Microseconds())/1000)
+		}
+		lastPoll = now
 		reals, err := kernelReals(ch.h, vs)
 		res.Polls++
 		if err == nil && inService(reals, want, false) {
