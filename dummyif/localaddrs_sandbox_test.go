@@ -37,11 +37,7 @@ func TestSandboxLocalAddressesWhileBinding(t *testing.T) {
 	for i := range bound {
 		fmt.Fprintf(&batch, "addr add 10.96.%d.%d/32 dev %s\n", i>>8, i&0xff, DefaultLinkName)
 	}
-	cmd := exec.Command("ip", "-batch", "-")
-	cmd.Stdin = strings.NewReader(batch.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("ip -batch: %v\n%s", err, out)
-	}
+	ipBatch(t, batch.String())
 
 	// The engine's binds, through the code under test, as long as the
 	// reads go on.

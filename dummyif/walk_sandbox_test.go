@@ -50,11 +50,7 @@ func TestSandboxWalkManyAddresses(t *testing.T) {
 		fmt.Fprintf(&batch, "addr add %s/%d dev %s\n", a, a.BitLen(), other)
 	}
 	start := time.Now()
-	cmd := exec.Command("ip", "-batch", "-")
-	cmd.Stdin = strings.NewReader(batch.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("ip -batch: %v\n%s", err, out)
-	}
+	ipBatch(t, batch.String())
 	t.Logf("%d addresses bound by ip -batch in %v", bigAddrs, time.Since(start).Round(time.Millisecond))
 
 	// Every address comes back exactly once. The check allocates
@@ -152,11 +148,7 @@ func TestSandboxWalkAmidWrites(t *testing.T) {
 	for i := range before {
 		fmt.Fprintf(&batch, "addr add 10.96.%d.%d/32 dev %s\n", i>>8, i&0xff, DefaultLinkName)
 	}
-	cmd := exec.Command("ip", "-batch", "-")
-	cmd.Stdin = strings.NewReader(batch.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("ip -batch: %v\n%s", err, out)
-	}
+	ipBatch(t, batch.String())
 	idx := linkIndexOf(t, DefaultLinkName)
 
 	var stop atomic.Bool
@@ -221,5 +213,16 @@ func TestSandboxWalkAmidWrites(t *testing.T) {
 	t.Logf("%d rounds of walks amid %d binds, all complete; %d strict unfiltered walks of the same table failed as interrupted", walks, nBinds, strictFailed)
 	if strictFailed == 0 {
 		t.Errorf("no strict unfiltered walk was interrupted: the binds did not run during the dumps, and the test tested nothing")
+	}
+}
+
+// ipBatch runs `ip -batch` with script: a writer independent of the code
+// under test, one process for thousands of commands.
+func ipBatch(t *testing.T, script string) {
+	t.Helper()
+	cmd := exec.Command("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip -batch: %v\n%s", err, out)
 	}
 }
