@@ -3,14 +3,12 @@ package sync
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
 
-	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
@@ -46,10 +44,10 @@ import (
 type fullPass struct {
 	r       *Reconciler
 	snap    *kernelSnapshot
-	keys    []string // every key known when the pass began, sorted
-	next    int      // keys[next:] are still to do
+	keys    *keyWalk // the services still to do
 	failed  map[string]error
 	adopted int
+	pruner  *pruner // the last phase (prune.go); nil until it begins
 }
 
 // readTimes sums a pass's kernel reads, logged once per pass at -v=2.
@@ -71,16 +69,18 @@ func (t *readTimes) report() {
 
 // FullSyncResult says what a full pass found and did.
 type FullSyncResult struct {
-	Failed  map[string]error // per service key; retry these
-	Prune   error            // failures removing objects nobody wants
-	Adopted int              // service keys whose kernel state was read back
+	Services int              // the services the pass went over
+	Failed   map[string]error // per service key; retry these
+	Prune    error            // failures removing objects nobody wants
+	Adopted  int              // service keys whose kernel state was read back
 }
 
 // StepResult says what one step of a full pass did.
 type StepResult struct {
 	// Failed holds the services that failed in this step; retry these.
 	Failed map[string]error
-	// Done: the pass has no service left; FinishPass is next.
+	// Done: the pass has no service left and has checked every object
+	// it read for the prune; FinishPass is next.
 	Done bool
 }
 
@@ -94,7 +94,7 @@ var ErrPassRead = errors.New("full pass: read kernel state")
 // (passread.go). A pass already running is abandoned. When the read
 // failed, no pass begins and its error is returned: without a true
 // picture of the kernel, the records are kept as they are.
-func (r *Reconciler) BeginPass(keys []string, read *PassRead) error {
+func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 	r.DropPassRead(read)
 	r.endPass()
 	if read.err != nil {
@@ -104,17 +104,10 @@ func (r *Reconciler) BeginPass(keys []string, read *PassRead) error {
 	snap := read.snap
 	snap.settle(r.rec, read.journal)
 	r.endAdoption() // the pass's read is newer than the start-up one
-	all := make(map[string]bool, len(keys)+len(r.rec.applied))
-	for _, k := range keys {
-		all[k] = true
-	}
-	for k := range r.rec.applied {
-		all[k] = true
-	}
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,
-		keys:   slices.Sorted(maps.Keys(all)),
+		keys:   &keyWalk{keys: keys},
 		failed: map[string]error{},
 	}
 	r.rec.watch(snap)
@@ -125,6 +118,10 @@ func (r *Reconciler) BeginPass(keys []string, read *PassRead) error {
 func (r *Reconciler) endPass() {
 	if r.pass != nil {
 		r.rec.unwatch(r.pass.snap)
+		r.pass.keys.stop()
+		if r.pass.pruner != nil {
+			r.pass.pruner.stop()
+		}
 		r.pass = nil
 	}
 }
@@ -133,8 +130,9 @@ func (r *Reconciler) endPass() {
 func (r *Reconciler) PassRunning() bool { return r.pass != nil }
 
 // StepPass adopts and syncs the pass's next services, building each
-// one's desired state with want when its turn comes, until stop reports
-// true (asked after each service; at least one is done).
+// one's desired state with want when its turn comes, and then prunes
+// (prune.go), until stop reports true (asked after each service and each
+// object the prune checks; at least one is done).
 func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() bool) StepResult {
 	p := r.pass
 	if p == nil {
@@ -148,18 +146,21 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 		res.Failed[key] = errors.Join(res.Failed[key], err)
 		p.failed[key] = res.Failed[key]
 	}
+	stopped := false
 	// The step's new objects wait and go many per round trip (deferred.go).
 	deferring := r.write.deferring
 	r.write.deferring = true
-	for p.next < len(p.keys) {
-		key := p.keys[p.next]
-		p.next++
-		if err := p.syncKey(key, want(key)); err != nil {
-			fail(key, err)
-		}
-		if stop() {
+	for !stopped {
+		key, more := p.keys.next(r.rec.applied)
+		if !more {
 			break
 		}
+		if key != "" {
+			if err := p.syncKey(key, want(key)); err != nil {
+				fail(key, err)
+			}
+		}
+		stopped = stop()
 	}
 	r.write.deferring = deferring
 	if !deferring {
@@ -167,7 +168,9 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 			fail(key, err)
 		}
 	}
-	res.Done = p.next == len(p.keys)
+	if !stopped {
+		res.Done = p.pruneStep(stop)
+	}
 	return res
 }
 
@@ -198,19 +201,19 @@ func (p *fullPass) syncKey(key string, w *ServiceState) error {
 	return err
 }
 
-// FinishPass ends the pass: it removes the owned virtual servers,
-// addresses and set entries that were in the kernel when the pass began
-// and that no service references now.
+// FinishPass ends the pass, pruning what StepPass has not yet checked:
+// the owned virtual servers, addresses and set entries that were in the
+// kernel when the pass began and that no service references now.
 func (r *Reconciler) FinishPass() FullSyncResult {
 	p := r.pass
 	if p == nil {
 		return FullSyncResult{}
 	}
-	r.write.flush() // the prune must see every reference
+	for !p.pruneStep(func() bool { return false }) {
+	}
 	r.endPass()
-	res := FullSyncResult{Failed: p.failed, Prune: p.prune(), Adopted: p.adopted}
 	r.rec.released = nil
-	return res
+	return FullSyncResult{Services: p.keys.synced, Failed: p.failed, Prune: errors.Join(p.pruner.errs...), Adopted: p.adopted}
 }
 
 // pruneReals retires the real servers of key's virtual servers that the
@@ -239,78 +242,6 @@ func (p *fullPass) pruneReals(key string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// prune removes owned kernel objects that no record references: the
-// virtual servers the ownership rule gives ipvsproxy or that it held
-// during the pass, addresses on kube-ipvs0, and entries of its sets.
-// Nothing in an excluded CIDR is touched.
-func (p *fullPass) prune() error {
-	r, snap := p.r, p.snap
-	own := r.ownership(snap)
-	var errs []error
-	for _, k := range slices.SortedFunc(maps.Keys(snap.vs), compareServiceKey) {
-		if _, wanted := r.rec.vsOwner[k]; wanted || r.excluded(k.Address) || !r.rec.released[k] && !own.Owns(k) {
-			continue
-		}
-		err := r.kernel.IPVS.DeleteVirtualServer(k)
-		if ipvs.IsNotExist(err) {
-			err = nil
-		}
-		if err := r.observe("virtual_server", "delete", err); err != nil {
-			errs = append(errs, err)
-		}
-		r.drain.forgetVS(k)
-	}
-	for a := range snap.addrs {
-		if r.rec.addrRefs[a] > 0 || r.excluded(a) {
-			continue
-		}
-		if err := r.observe("address", "delete", r.kernel.Dummy.DeleteAddress(a)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, r.pruneEntries(snap))...)
-}
-
-// pruneEntries deletes the entries of snap no record references, many
-// per message: after kube-proxy, or many services deleted while the
-// proxy was down, they can be most of a set.
-func (r *Reconciler) pruneEntries(snap *kernelSnapshot) error {
-	stale := map[string][]ipset.Entry{}
-	for k := range snap.entries {
-		if r.rec.entryRefs[k] == 0 {
-			e := k.SetEntry()
-			stale[e.Set] = append(stale[e.Set], e.Entry)
-		}
-	}
-	var errs []error
-	for _, set := range slices.Sorted(maps.Keys(stale)) {
-		entries := stale[set]
-		slices.SortFunc(entries, func(a, b ipset.Entry) int {
-			return owned.CompareSetEntries(owned.SetEntry{Entry: a}, owned.SetEntry{Entry: b})
-		})
-		err := r.kernel.IPSet.DeleteEntries(set, entries)
-		errs = append(errs, err)
-		for _, e := range entries {
-			r.observe("set_entry", "delete", entryErr(err, e))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// entryErr is e's error in a batched call's err.
-func entryErr(err error, e ipset.Entry) error {
-	var ee *ipset.EntriesError
-	if !errors.As(err, &ee) {
-		return err
-	}
-	for _, f := range ee.Failed {
-		if f.Entry == e {
-			return f.Err
-		}
-	}
-	return nil
 }
 
 func (r *Reconciler) excluded(a netip.Addr) bool { return owned.Excluded(r.exclude, a) }

@@ -191,6 +191,7 @@ func (e *engine) full() FullSyncResult {
 	if len(res.Failed) > 0 || res.Prune != nil {
 		e.t.Fatalf("full sync failures: %v prune: %v", res.Failed, res.Prune)
 	}
+	checkCounts(e.t, e.rec)
 	return res
 }
 
@@ -205,7 +206,7 @@ func assertText(t testing.TB, what, got, want string) {
 // service the proxy knows (internal/enginetest.FullSync, which imports
 // this package, for the tests inside it).
 func fullSync(rec *Reconciler, want map[string]*ServiceState) (FullSyncResult, error) {
-	if err := rec.BeginPass(slices.Collect(maps.Keys(want)), rec.ReadForPass()); err != nil {
+	if err := rec.BeginPass(NewPassKeys(slices.Collect(maps.Keys(want))), rec.ReadForPass()); err != nil {
 		return FullSyncResult{}, err
 	}
 	for {
@@ -219,3 +220,20 @@ func fullSync(rec *Reconciler, want map[string]*ServiceState) (FullSyncResult, e
 // passInProgress reports whether a full pass is under way: its node
 // set-up and read beside the loop, or its steps.
 func (r *Runner) passInProgress() bool { return r.settingUp || r.rec.PassRunning() }
+
+// servicesLeftInPass is how many services the running pass has not yet
+// stepped (its prune comes after them).
+func (r *Reconciler) servicesLeftInPass() int { return len(r.pass.keys.keys.sorted) - r.pass.keys.pos }
+
+// checkCounts fails t when the records' kept server counts differ from a
+// walk of the records.
+func checkCounts(t testing.TB, rec *Reconciler) {
+	t.Helper()
+	var walked serverCount
+	for _, st := range rec.rec.applied {
+		walked.add(st, 1)
+	}
+	if vs, reals := rec.Counts(); vs != walked.vs || reals != walked.reals {
+		t.Errorf("Counts() = %d virtual, %d real servers; the records hold %d, %d", vs, reals, walked.vs, walked.reals)
+	}
+}

@@ -73,7 +73,7 @@ func BenchmarkRetainedMemory(b *testing.B) {
 // passSnapshotBytes begins a full pass over keys, does its kernel reads,
 // and returns the live heap then minus before; the pass is abandoned.
 func passSnapshotBytes(r *Reconciler, keys []string, before uint64) uint64 {
-	if err := r.BeginPass(keys, r.ReadForPass()); err != nil {
+	if err := r.BeginPass(NewPassKeys(keys), r.ReadForPass()); err != nil {
 		panic(err)
 	}
 	during := liveHeap()

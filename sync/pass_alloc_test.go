@@ -23,7 +23,7 @@ func TestPassWithoutDriftAllocatesLittle(t *testing.T) {
 	get := func(k string) *ServiceState { return want[k] }
 	never := func() bool { return false }
 	allocs := testing.AllocsPerRun(3, func() {
-		if err := e.rec.BeginPass(nil, e.rec.ReadForPass()); err != nil {
+		if err := e.rec.BeginPass(NewPassKeys(nil), e.rec.ReadForPass()); err != nil {
 			t.Fatal(err)
 		}
 		if !e.rec.StepPass(get, never).Done {

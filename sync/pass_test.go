@@ -47,7 +47,7 @@ func (e *engine) passReads() int { return 2 + len(e.rec.sets) }
 // beginPass reads the kernel and starts a pass over e's services.
 func (e *engine) beginPass() {
 	e.t.Helper()
-	if err := e.rec.BeginPass(e.keys(), e.rec.ReadForPass()); err != nil {
+	if err := e.rec.BeginPass(NewPassKeys(e.keys()), e.rec.ReadForPass()); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -75,6 +75,7 @@ func (e *engine) finishPass() {
 	if res := e.rec.FinishPass(); len(res.Failed) > 0 || res.Prune != nil {
 		e.t.Fatalf("pass failures: %v prune: %v", res.Failed, res.Prune)
 	}
+	checkCounts(e.t, e.rec)
 }
 
 // TestPassInStepsWithChangesBetween: a full pass done one service at a
@@ -154,8 +155,9 @@ func TestPassReadsRealServersInEachStep(t *testing.T) {
 	if n := k.IPVS.Count("WalkRealServers"); n != 0 {
 		t.Errorf("the pass's read listed the real servers of %d virtual servers", n)
 	}
-	must(t, e.rec.BeginPass(e.keys(), read))
-	for i := 1; !e.step(); i++ {
+	must(t, e.rec.BeginPass(NewPassKeys(e.keys()), read))
+	for i := 1; e.rec.servicesLeftInPass() > 0; i++ {
+		e.step()
 		if n := k.IPVS.Count("WalkRealServers"); n != i {
 			t.Fatalf("after %d steps: %d real-server dumps, want one per step", i, n)
 		}
@@ -191,8 +193,9 @@ func TestPassDoesNotAdoptWhatASyncRemoved(t *testing.T) {
 	z2 := svc("default", "z", "10.96.0.11", "81")
 	z2.Spec.ExternalIPs = []string{"192.0.2.1"}
 	e.services["default/z"] = z2
-	if !e.step() { // default/z, with the external IP now wanted
-		t.Fatal("the pass did not end with its second service")
+	e.step() // default/z, with the external IP now wanted
+	if left := e.rec.servicesLeftInPass(); left != 0 {
+		t.Fatalf("the pass has %d services left after its second", left)
 	}
 	e.finishPass()
 	assertText(t, "kernel", k.text(), e.reference())
@@ -363,6 +366,7 @@ func TestPassReadWithChangesBetweenItsDumps(t *testing.T) {
 		e.services[key], e.slices[key] = s, []*discovery.EndpointSlice{sl}
 	}
 	read := e.rec.StartPassRead()
+	read.snap.allocate(read.size)   // as Run does
 	for i, rd := range read.reads { // the read beside the loop, with syncs between its dumps
 		must(t, rd.do())
 		switch i {
@@ -384,7 +388,7 @@ func TestPassReadWithChangesBetweenItsDumps(t *testing.T) {
 			e.apply(manyService(7, 3))
 		}
 	}
-	must(t, e.rec.BeginPass(e.keys(), read))
+	must(t, e.rec.BeginPass(NewPassKeys(e.keys()), read))
 	for !e.step() {
 	}
 	e.finishPass()
@@ -409,7 +413,7 @@ func TestPassAbandonedWhenTheKernelCannotBeRead(t *testing.T) {
 	must(t, k.IPVS.DeleteVirtualServer(ipvs.ServiceKey{Address: netip.MustParseAddr(gone), Protocol: ipvs.TCP, Port: 80}))
 	k.ResetCounts()
 	k.IPVS.FailTimes(1, "WalkVirtualServers", nil, syscall.ENOMEM)
-	err := e.rec.BeginPass(e.keys(), e.rec.ReadForPass())
+	err := e.rec.BeginPass(NewPassKeys(e.keys()), e.rec.ReadForPass())
 	if !errors.Is(err, ErrPassRead) || !errors.Is(err, syscall.ENOMEM) {
 		t.Fatalf("failed read reported as %v, want an error wrapping ErrPassRead and the kernel's", err)
 	}

@@ -113,7 +113,7 @@ func TestPassReadSkipsAreHarmless(t *testing.T) {
 		}
 		delete(read.snap.vs, vs) // skipped by the dump
 	}
-	must(t, e.rec.BeginPass(e.keys(), read))
+	must(t, e.rec.BeginPass(NewPassKeys(e.keys()), read))
 	for !e.step() {
 	}
 	e.finishPass()

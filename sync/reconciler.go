@@ -89,7 +89,7 @@ func (r *Reconciler) Applied(key string) *ServiceState { return r.rec.applied[ke
 func (r *Reconciler) Keys() int { return len(r.rec.applied) }
 
 // Counts returns how many virtual and real servers the applied records
-// hold. It walks every record: call it per full pass, not per change.
+// hold (kept as they change).
 func (r *Reconciler) Counts() (virtualServers, realServers int) { return r.rec.counts() }
 
 // ErrConflict marks a virtual server another service already programs.

@@ -30,6 +30,7 @@ type setUpResult struct {
 	err  error         // the node set-up's
 	took time.Duration // the node set-up's
 	read *PassRead     // run unless the set-up failed
+	keys PassKeys      // the services the pass goes over
 }
 
 // stepFullPass begins a pass's node set-up when a pass is wanted and none
@@ -69,7 +70,7 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 	if r.cfg.OnFullSync != nil {
 		r.cfg.OnFullSync(r.rec.Counts())
 	}
-	klog.V(2).InfoS("Full pass done", "services", len(r.tracker.Keys()), "adopted", res.Adopted,
+	klog.V(2).InfoS("Full pass done", "services", res.Services, "adopted", res.Adopted,
 		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
 	return true, res.Prune
 }
@@ -88,7 +89,8 @@ func (r *Runner) setUpNode() {
 			res.took = r.clock.Since(start)
 		}
 		if res.err == nil {
-			_ = read.Run() // kept in read: BeginPass reports it
+			_ = read.Run()                           // kept in read: BeginPass reports it
+			res.keys = NewPassKeys(r.tracker.Keys()) // here, not in the loop
 		}
 		r.ev.setUp <- res
 	}()
@@ -106,7 +108,7 @@ func (r *Runner) beginFullPass(res setUpResult) error {
 	r.passPrepareTook = res.took
 	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
 	r.forgetLoadedSchedulers()
-	if err := r.rec.BeginPass(r.tracker.Keys(), res.read); err != nil {
+	if err := r.rec.BeginPass(res.keys, res.read); err != nil {
 		// The pass is abandoned; it is tried again with backoff.
 		klog.ErrorS(err, "Full sync could not read the kernel")
 		return err

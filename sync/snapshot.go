@@ -62,11 +62,16 @@ func (kv *kernelVS) virtualServer(k ipvs.ServiceKey) ipvs.VirtualServer {
 type snapshotSize struct{ addrs, vs, entries int }
 
 func newKernelSnapshot(n snapshotSize) *kernelSnapshot {
-	return &kernelSnapshot{
-		addrs:   make(map[netip.Addr]bool, n.addrs),
-		vs:      make(map[ipvs.ServiceKey]*kernelVS, n.vs),
-		entries: make(map[owned.EntryKey]bool, n.entries),
-	}
+	s := &kernelSnapshot{}
+	s.allocate(n)
+	return s
+}
+
+// allocate makes s's maps, empty, at the size n.
+func (s *kernelSnapshot) allocate(n snapshotSize) {
+	s.addrs = make(map[netip.Addr]bool, n.addrs)
+	s.vs = make(map[ipvs.ServiceKey]*kernelVS, n.vs)
+	s.entries = make(map[owned.EntryKey]bool, n.entries)
 }
 
 // readSnapshot reads the addresses, the owned sets and the virtual

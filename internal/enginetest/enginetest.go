@@ -13,7 +13,7 @@ import (
 // FullSync runs a whole pass at once over want, which must hold every
 // service the proxy knows, including those whose state is empty.
 func FullSync(rec *sync.Reconciler, want map[string]*sync.ServiceState) (sync.FullSyncResult, error) {
-	if err := rec.BeginPass(slices.Collect(maps.Keys(want)), rec.ReadForPass()); err != nil {
+	if err := rec.BeginPass(sync.NewPassKeys(slices.Collect(maps.Keys(want))), rec.ReadForPass()); err != nil {
 		return sync.FullSyncResult{}, err
 	}
 	for {
