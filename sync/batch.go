@@ -74,6 +74,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 		}
 	}
 	r.rep.serviceFailures(append(keys, affected...), failed)
+	logSlowBatch(b, len(keys)+len(affected), end.Sub(start), passFinished)
 	r.metrics.synced(passFinished, start, end, queuedAt, failures, nodeOK, r.queue.Len())
 	if len(keys) == 0 {
 		return // a step of a pass: nothing to coalesce
@@ -84,6 +85,22 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 		case <-r.clock.After(d):
 		}
 	}
+}
+
+// slowBatch is how long a batch may take before it is logged (at -v=2):
+// a change that arrives just after a batch begins waits for all of it,
+// and the full pass's target is 100 ms of delay at 100,000 services.
+const slowBatch = 100 * time.Millisecond
+
+// logSlowBatch says what a batch that took longer than slowBatch held,
+// so that a slow change measured outside can be matched to the loop's
+// work (bench100k's latency during passes).
+func logSlowBatch(b batch, services int, took time.Duration, passFinished bool) {
+	if took <= slowBatch {
+		return
+	}
+	klog.V(2).InfoS("Slow sync batch", "took", took, "services", services, "passBegan", b.setUp != nil,
+		"passFinished", passFinished, "drainSweep", b.drain, "nodeUpdate", b.node)
 }
 
 // syncEach syncs keys in order. Before each one it syncs the critical
