@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench100k.sh: issue 9's benchmark — ipvsproxy programming 100,000
 # Services × 10 endpoints into the sandbox's real kernel (docs/benchmarks.md,
-# "100,000 services (issue 9)"). On the host: packages, bin/ipvsproxy if
-# missing, the host tests of the fake API server, the benchmark binary;
+# "100,000 services (issue 9)"). On the host: packages, bin/ipvsproxy
+# (make build), the host tests of the fake API server, the benchmark binary;
 # then boot the sandbox and run e2e/cmd/bench100k there as root. No etcd
 # and no kube-apiserver: the objects come from a client-go fake clientset
 # served to the unmodified proxy process (see e2e/cmd/bench100k).
@@ -15,12 +15,13 @@
 #   E2E_RAISE_MAP_COUNT=1     past 5,000 services, raise the host's vm.max_map_count
 #                             to one per 4 KiB of guest memory for the run (root; restored after;
 #                             BENCH100K_RAISE_MAP_COUNT=1 is the old name)
-#   E2E_IPVSPROXY=PATH        ipvsproxy binary (default bin/ipvsproxy)
+#   E2E_IPVSPROXY=PATH        ipvsproxy binary (default: bin/ipvsproxy, built now)
 # The cluster also holds default/kubernetes and kube-system/kube-dns, listed
 # after the generated services; summary.md's "Start-up" table times them
-# (issue 20). bin/ipvsproxy is built only when missing: after pulling,
-# `make build` first, or the run measures the old binary (summary.md names
-# the commit it measured).
+# (issue 20). Without E2E_IPVSPROXY, bin/ipvsproxy is built from the
+# checkout first (`make build`: a relink when nothing changed), so a run
+# never measures an older binary by mistake (summary.md names the commit
+# it measured).
 # Results: e2e/out/bench100k-DATE/ (summary.md, bench100k.json, ipvsproxy.log,
 # ipset-list-t-*.txt, metrics-*.txt, output.log), also e2e/out/bench100k-latest.
 set -euo pipefail
@@ -45,9 +46,10 @@ fi
 
 stage "packages"; install_packages; stage_done
 stage "binaries"
-ipvsproxy=${E2E_IPVSPROXY:-$repo/bin/ipvsproxy}
-if [ ! -x "$ipvsproxy" ]; then
+ipvsproxy=${E2E_IPVSPROXY:-}
+if [ -z "$ipvsproxy" ]; then
   (cd "$repo" && make build)
+  ipvsproxy=$repo/bin/ipvsproxy
 fi
 # The fake API server's own tests (host, seconds): informers get every
 # object by watch-list and by paged list; a broken server would otherwise
