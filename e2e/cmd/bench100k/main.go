@@ -12,8 +12,9 @@
 // its own: the same engine and kernel path as on a real node.
 //
 // Measured from outside the proxy: time from its start until the kernel
-// holds every virtual server with exactly its real servers (netlink dumps)
-// and every set its entries (`ipset list -t`); its peak RSS (VmHWM); the
+// holds every virtual server with exactly its real servers (netlink dumps,
+// begun once /readyz answers: see waitProgrammed) and every set its
+// entries (`ipset list -t`); its peak RSS (VmHWM); the
 // duration of its periodic full passes (its metrics); then traffic through
 // 50 random ClusterIPs whose endpoints are real pods (pods.go).
 //
@@ -243,7 +244,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		}
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
-	prog, err := waitProgrammed(c, w, proxy, begin)
+	prog, err := waitProgrammed(c, w, proxy, begin, func() bool { return start.readyAt() >= 0 })
 	r.Programmed = prog
 	if err != nil {
 		return err

@@ -47,10 +47,24 @@ func (w *workload) setsReached(sets []setInfo) bool {
 }
 
 // waitProgrammed polls the kernel until it holds the whole workload: every
-// 2 s `ipset list -t` (one process, headers only); once the sets are full,
-// IPVS too (checkIPVS), at most every 4× its last read's cost, so the
-// poller takes at most ~20 % of the guest's one CPU.
-func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time) (programmed, error) {
+// 2 s `ipset list -t` (one process, headers only); once the sets are full
+// and the proxy says it is ready (ready), IPVS too (checkIPVS), at most
+// every 4× its last read's cost.
+//
+// The IPVS read waits for ready because it is not a light poll: one dump
+// of every virtual server and, per virtual server, its real servers —
+// 22–35 s at 10,000 services, 5–8 minutes at 100,000 — and user-mode
+// Linux has one CPU and no kernel preemption, so a dump's parts stop the
+// whole guest for tens of milliseconds each. Begun when the sets were
+// full, it ran through the proxy's first full pass and slowed it (pass
+// steps of 100–185 ms against 20 ms; the first pass 15–21 s against 7–12 s
+// for the later ones, at 10,000): the benchmark was measuring its own
+// load. Read after ready, it checks the proxy's word instead: a read that
+// finds the kernel incomplete then is /readyz answering too early
+// (readyVerdict). A proxy that never answers 200 is read anyway once the
+// sets have been full for as long as they took to fill (at least a
+// minute).
+func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time, ready func() bool) (programmed, error) {
 	p := programmed{PrevReadSeconds: -1, PrevReadBeganSeconds: -1}
 	var last ipvsCheck
 	var lastBegan, lastEnd time.Time
@@ -73,7 +87,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 			p.SetsSeconds = time.Since(begin).Seconds()
 			logf("sets complete after %.1fs; reading IPVS", p.SetsSeconds)
 		}
-		if reached && time.Since(lastEnd) >= 4*last.Took {
+		if reached && readGate(ready, begin, p.SetsSeconds) && time.Since(lastEnd) >= 4*last.Took {
 			began := time.Now()
 			chk, err := checkIPVS(w)
 			if err != nil {
@@ -103,6 +117,16 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// readGate reports whether the IPVS reads may begin, the sets being
+// full since setsAt seconds after begin: once the proxy is ready, or once
+// the sets have been full for as long as they took to fill (at least a
+// minute: a proxy without /readyz, or one that never gets there, is
+// still checked).
+func readGate(ready func() bool, begin time.Time, setsAt float64) bool {
+	waited := time.Since(begin).Seconds() - setsAt
+	return ready() || waited >= max(setsAt, time.Minute.Seconds())
 }
 
 // verifySetsAndAddrs checks `ipset list -t` entry counts exactly (every
