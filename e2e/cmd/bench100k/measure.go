@@ -85,7 +85,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 		reached := w.setsReached(sets)
 		if reached && p.SetsSeconds == 0 {
 			p.SetsSeconds = time.Since(begin).Seconds()
-			logf("sets complete after %.1fs; reading IPVS", p.SetsSeconds)
+			logf("sets complete after %.1fs; reading IPVS once /readyz answers", p.SetsSeconds)
 		}
 		if reached && readGate(ready, begin, p.SetsSeconds) && time.Since(lastEnd) >= 4*last.Took {
 			began := time.Now()
