@@ -265,20 +265,13 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 			for i, a := range args {
 				args[i] = strings.ReplaceAll(a, "_", " ") // one comment argument
 			}
-			restores := monitorRestores()
+			restores, passes := monitorRestores(), metric(t, fullPassesMetric)
 			if _, err := framework.Run(c.tool, args...); err != nil {
 				t.Fatal(err)
 			}
 			broken := time.Now()
 			if got, _ := framework.ProxyRules(); strings.Join(got, "\n") == strings.Join(want, "\n") {
-				// The rules' monitor (nftables' table, or iptables-nft's
-				// generations) may repair within its one-second poll,
-				// before this listing (a process) read them: then its
-				// restore counter has moved.
-				if monitorRestores() <= restores {
-					t.Fatal("breaking the rules by hand had no visible effect")
-				}
-				t.Logf("the monitor restored the rules before they were listed")
+				repairedBeforeListed(t, restores, passes)
 			}
 			waitKernel(t, passTimeout, "rules restored", func() error {
 				got, err := framework.ProxyRules()
@@ -294,6 +287,33 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 			t.Logf("FIGURE drift: %s: restored after %v", c.name, time.Since(broken).Round(time.Millisecond))
 			expectAllAnswer(t, framework.GetTCP, ts.VIP, 80, 10, pods)
 		})
+	}
+}
+
+// repairedBeforeListed is called when the rules were whole again when
+// listed right after a hand-made break: a repair came first, or the break
+// did nothing. The rules' monitor (nftables' table, or iptables-nft's
+// generations) may repair within its one-second poll, before the listing
+// (a process) read them: then its restore counter has moved. So may a
+// periodic pass whose node set-up began just then (every SyncPeriod; it
+// rewrites drifted rules without counting a monitor restore): then the
+// pass ends within seconds. Neither within a few seconds is a break
+// that had no visible effect.
+func repairedBeforeListed(t *testing.T, restores, passes float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		switch {
+		case monitorRestores() > restores:
+			t.Logf("the monitor restored the rules before they were listed")
+			return
+		case metric(t, fullPassesMetric) > passes:
+			t.Logf("a periodic pass ended right after the break: its node set-up restored the rules before they were listed")
+			return
+		case time.Now().After(deadline):
+			t.Fatal("breaking the rules by hand had no visible effect")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
