@@ -35,11 +35,11 @@ func (d *Desired) Wants(k ipvs.ServiceKey) bool {
 // service with the slices that belong to it (the kubernetes.io/service-name
 // label, as the tracker groups them) and merges the results.
 func BuildDesired(svcs []*v1.Service, eps []*discovery.EndpointSlice, cfg *sync.Config) *Desired {
-	bySvc := map[string][]*discovery.EndpointSlice{}
+	bySvc := map[string][]*sync.ProxySlice{}
 	for _, s := range eps {
 		if name := s.Labels[discovery.LabelServiceName]; name != "" {
 			k := s.Namespace + "/" + name
-			bySvc[k] = append(bySvc[k], s)
+			bySvc[k] = append(bySvc[k], sync.NewProxySlice(s))
 		}
 	}
 	sorted := slices.Clone(svcs)

@@ -101,10 +101,10 @@ func TestDiffOfEngineStateIsEqual(t *testing.T) {
 	want := BuildDesired(svcs, eps, &testConfig)
 	states := map[string]*sync.ServiceState{}
 	for _, s := range svcs {
-		var mine []*discovery.EndpointSlice
+		var mine []*sync.ProxySlice
 		for _, e := range eps {
 			if e.Namespace == s.Namespace && e.Labels[discovery.LabelServiceName] == s.Name {
-				mine = append(mine, e)
+				mine = append(mine, sync.NewProxySlice(e))
 			}
 		}
 		b := sync.Build(s, mine, &testConfig)

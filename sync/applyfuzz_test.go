@@ -54,7 +54,7 @@ func checkBuildApply(t *testing.T, svcs map[string]*v1.Service, slices []*discov
 	e := newEngine(t, k, applyExclude)
 	want := map[string]*ServiceState{}
 	for key, s := range svcs {
-		st := Build(s, slices, &cfg).State
+		st := Build(s, proxySlices(slices...), &cfg).State
 		want[key] = &st
 		if err := e.rec.Sync(key, &st); !onlyConflicts(err) {
 			t.Fatalf("sync %s: the fake kernel refused what Build emitted: %v", key, err)

@@ -79,18 +79,19 @@ func benchObjects(i, eps int) (*v1.Service, []*discovery.EndpointSlice) {
 type benchCluster struct {
 	keys     []string
 	services []*v1.Service
-	slices   [][]*discovery.EndpointSlice
+	slices   [][]*ProxySlice // as the tracker holds them
 }
 
 func newBenchCluster(n int) *benchCluster {
 	c := &benchCluster{
 		keys:     make([]string, n),
 		services: make([]*v1.Service, n),
-		slices:   make([][]*discovery.EndpointSlice, n),
+		slices:   make([][]*ProxySlice, n),
 	}
 	for i := range n {
 		c.keys[i] = benchKey(i)
-		c.services[i], c.slices[i] = benchObjects(i, benchEndpoints)
+		s, sl := benchObjects(i, benchEndpoints)
+		c.services[i], c.slices[i] = s, proxySlices(sl...)
 	}
 	return c
 }
@@ -170,7 +171,7 @@ func cachedBenchNode(tb testing.TB, n int) *benchNode {
 
 // sync builds key's state from svc and slices and syncs it: the work the
 // Runner does for one changed key (minus the tracker read).
-func (nd *benchNode) sync(tb testing.TB, key string, s *v1.Service, sl []*discovery.EndpointSlice) {
+func (nd *benchNode) sync(tb testing.TB, key string, s *v1.Service, sl []*ProxySlice) {
 	st := Build(s, sl, &testConfig).State
 	if err := nd.rec.Sync(key, &st); err != nil {
 		tb.Fatalf("sync %s: %v", key, err)
@@ -189,7 +190,7 @@ func (nd *benchNode) endpointToggler(tb testing.TB, i int) (toggle, restore func
 		if added {
 			nd.sync(tb, key, s, sl)
 		} else {
-			nd.sync(tb, key, s2, sl2)
+			nd.sync(tb, key, s2, proxySlices(sl2...))
 		}
 		added = !added
 	}
@@ -314,13 +315,13 @@ func BenchmarkServiceChange(b *testing.B) {
 		type extra struct {
 			key string
 			s   *v1.Service
-			sl  []*discovery.EndpointSlice
+			sl  []*ProxySlice
 		}
 		extras := make([]extra, benchTargets)
 		for t := range extras {
 			i := n + 1 + t*7 // some of them have a local endpoint
 			s, sl := benchObjects(i, benchEndpoints)
-			extras[t] = extra{benchKey(i), s, sl}
+			extras[t] = extra{benchKey(i), s, proxySlices(sl...)}
 		}
 		b.ReportAllocs()
 		i := 0

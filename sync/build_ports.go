@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -103,7 +102,7 @@ func (b *serviceBuilder) sourceRange(s string) {
 
 // port adds every virtual server of one service port in the family of ip
 // (the ClusterIP), with its set entries and addresses.
-func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*discovery.EndpointSlice) {
+func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*ProxySlice) {
 	proto, ok := protocolOf(sp.Protocol)
 	if !ok {
 		b.problem("port %q: protocol %q is not supported", sp.Name, truncate(string(sp.Protocol)))

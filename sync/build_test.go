@@ -26,7 +26,7 @@ func program(t *testing.T, cfg Config, s *v1.Service, slices ...*discovery.Endpo
 	t.Helper()
 	k := newKernel(t)
 	e := newEngine(t, k)
-	b := Build(s, slices, &cfg)
+	b := Build(s, proxySlices(slices...), &cfg)
 	if err := e.rec.Sync(s.Namespace+"/"+s.Name, &b.State); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ add KUBE-NODE-PORT-TCP 30060
 	// No local endpoint: external traffic has no backend on this node
 	// (the LB's health check steers it away); cluster traffic still works.
 	remote := slice("default", "local", "a", "http", 8080, v1.ProtocolTCP, ep{ip: "10.244.2.5", node: "node-b"})
-	b = Build(s, []*discovery.EndpointSlice{remote}, &cfg)
+	b = Build(s, proxySlices(remote), &cfg)
 	if !b.NoLocalExternal || b.LocalEndpoints != 0 {
 		t.Errorf("want NoLocalExternal and 0 local endpoints: %+v", b)
 	}
@@ -190,20 +190,20 @@ func TestTopologyHints(t *testing.T) {
 		sl.Endpoints[i].Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: zones[i]}}}
 	}
 	cfg := nodeConfig()
-	b := Build(s, []*discovery.EndpointSlice{sl}, &cfg)
+	b := Build(s, proxySlices(sl), &cfg)
 	if got := realsOf(b.State); got != "[10.244.1.5:80 10.244.3.5:80]" {
 		t.Errorf("zone-a node: %s", got)
 	}
 	// One endpoint without hints: hints are ignored (partial data).
 	sl.Endpoints[1].Hints = nil
-	b = Build(s, []*discovery.EndpointSlice{sl}, &cfg)
+	b = Build(s, proxySlices(sl), &cfg)
 	if got := realsOf(b.State); got != "[10.244.1.5:80 10.244.2.5:80 10.244.3.5:80]" {
 		t.Errorf("partial hints: %s", got)
 	}
 	// No endpoint for this zone: all are used.
 	cfg.Zone = "zone-c"
 	sl.Endpoints[1].Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "zone-b"}}}
-	b = Build(s, []*discovery.EndpointSlice{sl}, &cfg)
+	b = Build(s, proxySlices(sl), &cfg)
 	if got := realsOf(b.State); got != "[10.244.1.5:80 10.244.2.5:80 10.244.3.5:80]" {
 		t.Errorf("no endpoint in zone: %s", got)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -171,7 +170,7 @@ func (h *startHarness) deliver(t *testing.T, objs ...any) {
 		switch o.(type) {
 		case *v1.Service:
 			h.tracker.ServiceHandler().OnAdd(o, true)
-		case *discovery.EndpointSlice:
+		case *ProxySlice:
 			h.tracker.EndpointSliceHandler().OnAdd(o, true)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvsproxy/ipvsproxy/ipset"
@@ -98,7 +97,7 @@ type Built struct {
 // state, so it can be fuzzed. Whatever is wrong with the input is skipped
 // and described in Problems (one line each), never panicked on. A nil svc,
 // ExternalName and headless services yield an empty state.
-func Build(svc *v1.Service, slices []*discovery.EndpointSlice, cfg *Config) Built {
+func Build(svc *v1.Service, slices []*ProxySlice, cfg *Config) Built {
 	var b Built
 	if svc == nil || svc.Spec.Type == v1.ServiceTypeExternalName {
 		return b

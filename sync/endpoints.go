@@ -1,13 +1,12 @@
 package sync
 
 import (
-	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
-	"slices"
 )
 
 // Labels and annotations that turn on topology-aware routing.
@@ -32,7 +31,7 @@ type endpoint struct {
 
 // collectEndpoints returns every usable endpoint of one service port in one
 // family, once each, whatever their conditions.
-func collectEndpoints(slices []*discovery.EndpointSlice, sp *v1.ServicePort, v6 bool, node string) []endpoint {
+func collectEndpoints(slices []*ProxySlice, sp *v1.ServicePort, v6 bool, node string) []endpoint {
 	want := discovery.AddressTypeIPv4
 	if v6 {
 		want = discovery.AddressTypeIPv6
@@ -107,36 +106,25 @@ func (s *endpointSet) add(k ipvs.RealKey) {
 	}
 }
 
-func toEndpoint(ep *discovery.Endpoint, port uint16, v6 bool, node string) (endpoint, bool) {
-	if len(ep.Addresses) == 0 {
-		return endpoint{}, false
-	}
-	addr, err := netip.ParseAddr(ep.Addresses[0])
-	if err != nil || addr.Zone() != "" {
-		return endpoint{}, false
-	}
-	addr = addr.Unmap()
+func toEndpoint(ep *ProxyEndpoint, port uint16, v6 bool, node string) (endpoint, bool) {
+	addr := ep.Addr
 	// Loopback, multicast, unspecified and link-local backends are refused
 	// by IPVS or make no sense; skip them rather than fail the service.
-	if addr.Is6() != v6 || !addr.IsGlobalUnicast() {
+	if !addr.IsValid() || addr.Is6() != v6 || !addr.IsGlobalUnicast() {
 		return endpoint{}, false
 	}
-	c := ep.Conditions
 	e := endpoint{
 		key:         ipvs.RealKey{Address: addr, Port: port},
 		local:       ep.NodeName != nil && node != "" && *ep.NodeName == node,
-		ready:       c.Ready == nil || *c.Ready,
-		terminating: c.Terminating != nil && *c.Terminating,
+		ready:       ep.Ready,
+		serving:     ep.Serving,
+		terminating: ep.Terminating,
 	}
 	if ep.Zone != nil {
 		e.zone = *ep.Zone
 	}
 	if ep.NodeName != nil {
 		e.node = *ep.NodeName
-	}
-	e.serving = e.ready
-	if c.Serving != nil {
-		e.serving = *c.Serving
 	}
 	if h := ep.Hints; h != nil {
 		e.hinted = true
@@ -263,7 +251,7 @@ func anyReady(eps []endpoint, keep func(endpoint) bool) bool {
 
 // slicePort finds the slice's port that serves the service port: same name,
 // same protocol, a valid number.
-func slicePort(sl *discovery.EndpointSlice, sp *v1.ServicePort) (uint16, bool) {
+func slicePort(sl *ProxySlice, sp *v1.ServicePort) (uint16, bool) {
 	want := sp.Protocol
 	if want == "" {
 		want = v1.ProtocolTCP

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 )
 
 // TestCollectEndpointsOnceEach: an endpoint listed twice (in two slices,
@@ -27,7 +26,7 @@ func TestCollectEndpointsOnceEach(t *testing.T) {
 			}
 			b := slice("default", "web", "web-b", "http", 8080, v1.ProtocolTCP, append(again, ep{ip: "10.2.0.1"})...)
 			sp := &v1.ServicePort{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}
-			got := collectEndpoints([]*discovery.EndpointSlice{a, b}, sp, false, testNode)
+			got := collectEndpoints(proxySlices(a, b), sp, false, testNode)
 			if len(got) != n+1 {
 				t.Fatalf("collected %d endpoints, want %d", len(got), n+1)
 			}
@@ -46,7 +45,7 @@ func TestCollectEndpointsOnceEach(t *testing.T) {
 	}
 	none := slice("default", "web", "web-a", "http", 8080, v1.ProtocolTCP)
 	none.Endpoints = append(none.Endpoints, none.Endpoints...)
-	if got := collectEndpoints([]*discovery.EndpointSlice{none}, &v1.ServicePort{Name: "http"}, false, ""); got != nil {
+	if got := collectEndpoints(proxySlices(none), &v1.ServicePort{Name: "http"}, false, ""); got != nil {
 		t.Errorf("no endpoints: %v, want nil", got)
 	}
 }

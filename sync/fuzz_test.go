@@ -44,7 +44,7 @@ func FuzzBuild(f *testing.F) {
 		}
 		cfg := testConfig
 		cfg.NodePortAddresses = []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("fd00::2")}
-		b := Build(&svc, []*discovery.EndpointSlice{&sl, nil, &sl}, &cfg)
+		b := Build(&svc, proxySlices(&sl, nil, &sl), &cfg)
 		checkState(t, &b.State)
 
 		// What the informers store (StripForProxy) builds the same.
@@ -52,7 +52,7 @@ func FuzzBuild(f *testing.F) {
 		strip := StripForProxy(cfg.NodeName, CriticalServices{})
 		strip(ssvc)
 		strip(ssl)
-		if sb := Build(ssvc, []*discovery.EndpointSlice{ssl, nil, ssl}, &cfg); !reflect.DeepEqual(sb, b) {
+		if sb := Build(ssvc, proxySlices(ssl, nil, ssl), &cfg); !reflect.DeepEqual(sb, b) {
 			t.Fatalf("a stripped Service or slice builds differently:\n%+v\nwant\n%+v", sb, b)
 		}
 	})

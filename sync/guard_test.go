@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/ipvsproxy/ipvsproxy/dummyif"
 	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
@@ -131,9 +130,9 @@ func (o serviceObjects) violations(calls []kernelCall) []string {
 type guardChange struct {
 	name   string
 	key    string
-	before func() (*v1.Service, []*discovery.EndpointSlice) // objects before
-	after  func() (*v1.Service, []*discovery.EndpointSlice) // objects after
-	ipvs   string                                           // exact IPVS and address writes
+	before func() (*v1.Service, []*ProxySlice) // objects before
+	after  func() (*v1.Service, []*ProxySlice) // objects after
+	ipvs   string                              // exact IPVS and address writes
 }
 
 // addSends counts the batched sends (AddRealServers) that add n real
@@ -238,12 +237,15 @@ func checkChange(t *testing.T, nd *benchNode, c guardChange) {
 func TestGuardIncrementalChangeTouchesOnlyItsService(t *testing.T) {
 	nd := cachedBenchNode(t, guardServices)
 	c := nd.cluster
-	objects := func(i, eps int) func() (*v1.Service, []*discovery.EndpointSlice) {
-		return func() (*v1.Service, []*discovery.EndpointSlice) { return benchObjects(i, eps) }
+	objects := func(i, eps int) func() (*v1.Service, []*ProxySlice) {
+		return func() (*v1.Service, []*ProxySlice) {
+			s, sl := benchObjects(i, eps)
+			return s, proxySlices(sl...)
+		}
 	}
-	gone := func() (*v1.Service, []*discovery.EndpointSlice) { return nil, nil }
-	withAffinity := func(i int) func() (*v1.Service, []*discovery.EndpointSlice) {
-		return func() (*v1.Service, []*discovery.EndpointSlice) {
+	gone := func() (*v1.Service, []*ProxySlice) { return nil, nil }
+	withAffinity := func(i int) func() (*v1.Service, []*ProxySlice) {
+		return func() (*v1.Service, []*ProxySlice) {
 			s := c.services[i].DeepCopy()
 			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 			return s, c.slices[i]
@@ -281,8 +283,8 @@ func TestGuardCatchesForeignWritesAndDumps(t *testing.T) {
 	nd := newBenchNode(t, 3)
 	s0, sl0 := benchObjects(0, 10)
 	s1, sl1 := benchObjects(1, 10)
-	mine := Build(s0, sl0, &testConfig).State
-	other := Build(s1, sl1, &testConfig).State
+	mine := Build(s0, proxySlices(sl0...), &testConfig).State
+	other := Build(s1, proxySlices(sl1...), &testConfig).State
 	allowed := objectsOf(mine)
 
 	calls, stop := recordCalls(nd.k)

@@ -75,6 +75,19 @@ func slice(ns, svcName, sliceName, portName string, port int32, proto v1.Protoco
 	return s
 }
 
+// proxySlices is what the tracker keeps of sl.
+func proxySlices(sl ...*discovery.EndpointSlice) []*ProxySlice {
+	var out []*ProxySlice
+	for _, s := range sl {
+		if s == nil {
+			out = append(out, nil)
+			continue
+		}
+		out = append(out, NewProxySlice(s))
+	}
+	return out
+}
+
 // kernel is a fake node: IPVS, kube-ipvs0 and ipsets in memory, with
 // the engine tests' views of it.
 type kernel struct{ *fakenode.Node }
@@ -144,7 +157,7 @@ func newEngine(t testing.TB, k *kernel, exclude ...netip.Prefix) *engine {
 }
 
 func (e *engine) want(key string) *ServiceState {
-	st := Build(e.services[key], e.slices[key], &e.cfg).State
+	st := Build(e.services[key], proxySlices(e.slices[key]...), &e.cfg).State
 	return &st
 }
 

@@ -116,21 +116,16 @@ func shareService(s *v1.Service) {
 	}
 }
 
-// shareSlice points s's repeated values, but its endpoints', at shared
-// copies.
-func shareSlice(s *discovery.EndpointSlice) {
-	s.Namespace = share(s.Namespace)
-	s.AddressType = share(s.AddressType)
-	if v, ok := s.Labels[discovery.LabelServiceName]; ok {
-		// The map's key is the decoder's copy; the constant's is shared.
-		delete(s.Labels, discovery.LabelServiceName)
-		s.Labels[discovery.LabelServiceName] = v
+// sharePorts returns a copy of ports, exactly as long, whose values
+// point at shared copies.
+func sharePorts(ports []discovery.EndpointPort) []discovery.EndpointPort {
+	if len(ports) == 0 {
+		return nil
 	}
-	for i := range s.Ports {
-		p := &s.Ports[i]
-		p.Name = portNames.intern(p.Name)
-		p.Protocol = protocols.intern(p.Protocol)
-		p.Port = portNumbers.intern(p.Port)
-		p.AppProtocol = appProtocols.intern(p.AppProtocol)
+	out := make([]discovery.EndpointPort, len(ports))
+	for i, p := range ports {
+		out[i] = discovery.EndpointPort{Name: portNames.intern(p.Name), Protocol: protocols.intern(p.Protocol),
+			Port: portNumbers.intern(p.Port), AppProtocol: appProtocols.intern(p.AppProtocol)}
 	}
+	return out
 }

@@ -82,13 +82,13 @@ func TestTerminatingEndpointsUsedOnlyWhenNoneReady(t *testing.T) {
 	s := svc("default", "web", "10.96.0.10", "80")
 	ready := slice("default", "web", "a", "", 80, v1.ProtocolTCP,
 		ep{ip: "10.244.1.1"}, ep{ip: "10.244.1.2", notReady: true, terminating: true})
-	st := Build(s, []*discovery.EndpointSlice{ready}, &testConfig).State
+	st := Build(s, proxySlices(ready), &testConfig).State
 	if got := realsOf(st); got != "[10.244.1.1:80]" {
 		t.Errorf("with a ready endpoint: %s", got)
 	}
 	allTerm := slice("default", "web", "a", "", 80, v1.ProtocolTCP,
 		ep{ip: "10.244.1.2", notReady: true, terminating: true}, ep{ip: "10.244.1.3", notReady: true})
-	st = Build(s, []*discovery.EndpointSlice{allTerm}, &testConfig).State
+	st = Build(s, proxySlices(allTerm), &testConfig).State
 	if got := realsOf(st); got != "[10.244.1.2:80]" {
 		t.Errorf("with only terminating endpoints: %s", got)
 	}

@@ -2,6 +2,8 @@ package sync
 
 import (
 	"fmt"
+	"net/netip"
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -9,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,7 +40,8 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 	if _, err := strip(s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := strip(sl); err != nil {
+	got, err := strip(sl)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if s.ManagedFields != nil || s.Labels != nil || len(s.Annotations) != 2 || s.Status.Conditions != nil || s.Spec.Selector != nil {
@@ -47,22 +51,84 @@ func TestStripForProxyKeepsWhatTheProxyReads(t *testing.T) {
 		s.Annotations[AnnotationScheduler] != "sh" || s.Annotations[AnnotationWeights] != "zone=zone-a:2" || s.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("service lost what Events or the builder need: %+v %+v", s.ObjectMeta, s.Spec)
 	}
-	if sl.ManagedFields != nil || sl.Annotations != nil || sl.OwnerReferences != nil || len(sl.Labels) != 1 {
-		t.Errorf("slice kept what the proxy never reads: %+v", sl.ObjectMeta)
+	ps, ok := got.(*ProxySlice)
+	if !ok {
+		t.Fatalf("the transform made a %T of an EndpointSlice, want a *ProxySlice", got)
 	}
-	e := sl.Endpoints[0]
-	if sliceKey(sl) != "default/web" || e.TargetRef != nil || e.Hostname != nil ||
-		e.Addresses[0] != "10.244.1.5" || *e.NodeName != "n1" || *e.Zone != "zone-a" || !*e.Conditions.Ready {
-		t.Errorf("slice endpoint after strip: %+v (service key %q)", e, sliceKey(sl))
+	if ps.key() != "default/web" || ps.Name != "web-abc" || ps.AddressType != discovery.AddressTypeIPv4 ||
+		len(ps.Ports) != 1 || *ps.Ports[0].Port != 8080 || len(ps.Endpoints) != 2 {
+		t.Fatalf("slice after strip: %+v", ps)
 	}
-	if remote := sl.Endpoints[1]; remote.NodeName == nil || *remote.NodeName != "n2" || remote.Addresses[0] != "10.244.2.5" {
+	e := ps.Endpoints[0]
+	if e.Addr != netip.MustParseAddr("10.244.1.5") || *e.NodeName != "n1" || *e.Zone != "zone-a" || !e.Ready || !e.Serving || e.Terminating {
+		t.Errorf("slice endpoint after strip: %+v", e)
+	}
+	if remote := ps.Endpoints[1]; remote.NodeName == nil || *remote.NodeName != "n2" || remote.Addr != netip.MustParseAddr("10.244.2.5") {
 		t.Errorf("an endpoint on another node lost its node name (ipvsproxy.io/weights reads it): %+v", remote)
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(ps); err != nil || key != "default/web-abc" {
+		t.Errorf("the informer's store keys the slice %q (%v), want default/web-abc", key, err)
 	}
 }
 
-// TestStripForProxyCompactsSlices: the endpoint array is trimmed to its
-// length, equal conditions, zones and node names share one value across
-// endpoints and slices.
+// TestStripForProxyIsIdempotent: client-go may run the transform again on
+// what it stored (a relist, a replace); the result is unchanged.
+func TestStripForProxyIsIdempotent(t *testing.T) {
+	strip := StripForProxy("n1", CriticalServices{})
+	s := svc("default", "web", "10.96.0.10", "80")
+	s.Labels = map[string]string{"app": "web"}
+	sl := slice("default", "web", "web-abc", "", 8080, v1.ProtocolTCP, ep{ip: "10.244.1.5", node: "n1"})
+	for _, obj := range []any{s, sl} {
+		once, err := strip(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%+v", once)
+		twice, err := strip(once)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if twice != once || fmt.Sprintf("%+v", twice) != want {
+			t.Errorf("a second transform changed %T:\n%+v\nwant\n%s", once, twice, want)
+		}
+	}
+}
+
+// TestProxySliceEndpoints: the conditions with the API's defaults, and the
+// address as Build wants it (unmapped; the zero Addr for what it skips).
+func TestProxySliceEndpoints(t *testing.T) {
+	yes, no := ptr.To(true), ptr.To(false)
+	for _, c := range []struct {
+		name                  string
+		in                    discovery.Endpoint
+		addr                  string // "" for the zero Addr
+		ready, serving, termi bool
+	}{
+		{"no conditions", discovery.Endpoint{Addresses: []string{"10.0.0.1"}}, "10.0.0.1", true, true, false},
+		{"not ready, serving unknown", discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discovery.EndpointConditions{Ready: no}}, "10.0.0.1", false, false, false},
+		{"terminating and serving", discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discovery.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}}, "10.0.0.1", false, true, true},
+		{"ready, not serving", discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discovery.EndpointConditions{Ready: yes, Serving: no}}, "10.0.0.1", true, false, false},
+		{"first address counts", discovery.Endpoint{Addresses: []string{"fd00::5", "fd00::6"}}, "fd00::5", true, true, false},
+		{"IPv4-mapped IPv6", discovery.Endpoint{Addresses: []string{"::ffff:10.0.0.7"}}, "10.0.0.7", true, true, false},
+		{"no address", discovery.Endpoint{}, "", true, true, false},
+		{"not an address", discovery.Endpoint{Addresses: []string{"example.com"}}, "", true, true, false},
+		{"zoned", discovery.Endpoint{Addresses: []string{"fe80::1%eth0"}}, "", true, true, false},
+	} {
+		got := NewProxySlice(&discovery.EndpointSlice{Endpoints: []discovery.Endpoint{c.in}}).Endpoints[0]
+		var want netip.Addr
+		if c.addr != "" {
+			want = netip.MustParseAddr(c.addr)
+		}
+		if got.Addr != want || got.Ready != c.ready || got.Serving != c.serving || got.Terminating != c.termi {
+			t.Errorf("%s: got addr %v ready %v serving %v terminating %v, want %v %v %v %v",
+				c.name, got.Addr, got.Ready, got.Serving, got.Terminating, want, c.ready, c.serving, c.termi)
+		}
+	}
+}
+
+// TestStripForProxyCompactsSlices: the endpoint array is exactly as long
+// as the slice's, equal zones and node names share one value across
+// endpoints and slices, and this node's name is the transform's own.
 func TestStripForProxyCompactsSlices(t *testing.T) {
 	mk := func(name string) *discovery.EndpointSlice {
 		sl := slice("default", "web", name, "", 8080, v1.ProtocolTCP,
@@ -73,21 +139,20 @@ func TestStripForProxyCompactsSlices(t *testing.T) {
 		}
 		return sl
 	}
-	a, b := mk("web-a"), mk("web-b")
 	strip := StripForProxy("n1", CriticalServices{})
-	strip(a)
-	strip(b)
+	ga, _ := strip(mk("web-a"))
+	gb, _ := strip(mk("web-b"))
+	a, b := ga.(*ProxySlice), gb.(*ProxySlice)
 	if cap(a.Endpoints) != len(a.Endpoints) {
 		t.Errorf("endpoint array keeps room for %d, holds %d", cap(a.Endpoints), len(a.Endpoints))
 	}
 	e0, e1, e2, f0 := a.Endpoints[0], a.Endpoints[1], a.Endpoints[2], b.Endpoints[0]
 	if *e0.NodeName != "n1" || *e1.NodeName != "n2" || *e2.NodeName != "n1" || *e0.Zone != "zone-a" ||
-		!*e0.Conditions.Ready || *e2.Conditions.Ready || e0.Addresses[0] != "10.244.1.5" {
+		!e0.Ready || e2.Ready || e0.Addr != netip.MustParseAddr("10.244.1.5") {
 		t.Fatalf("values changed: %+v %+v %+v", e0, e1, e2)
 	}
-	if e0.NodeName != e2.NodeName || e0.NodeName != f0.NodeName || e1.NodeName != b.Endpoints[1].NodeName || e0.Zone != e1.Zone || e0.Zone != f0.Zone ||
-		e0.Conditions.Ready != f0.Conditions.Ready {
-		t.Error("equal nodes, zones or conditions not shared")
+	if e0.NodeName != e2.NodeName || e0.NodeName != f0.NodeName || e1.NodeName != b.Endpoints[1].NodeName || e0.Zone != e1.Zone || e0.Zone != f0.Zone {
+		t.Error("equal nodes or zones not shared")
 	}
 }
 
@@ -141,19 +206,24 @@ func TestStripSharesRepeatedValues(t *testing.T) {
 	svcWire, sliceWire := wireObjects(t)
 	strip := StripForProxy("this-node", CriticalServices{})
 	var ss [2]*v1.Service
-	var sls [2]*discovery.EndpointSlice
+	var sls [2]*ProxySlice
 	for i := range 2 {
-		ss[i], sls[i] = &v1.Service{}, &discovery.EndpointSlice{}
-		if ss[i].Unmarshal(svcWire) != nil || sls[i].Unmarshal(sliceWire) != nil {
+		ss[i] = &v1.Service{}
+		raw := &discovery.EndpointSlice{}
+		if ss[i].Unmarshal(svcWire) != nil || raw.Unmarshal(sliceWire) != nil {
 			t.Fatal("decoding the wire objects")
 		}
-		want, wantSl := ss[i].DeepCopy(), sls[i].DeepCopy()
+		want, wantSl := ss[i].DeepCopy(), raw.DeepCopy()
 		strip(ss[i])
-		strip(sls[i])
+		got, _ := strip(raw)
+		sls[i] = got.(*ProxySlice)
 		stripService(want)
-		stripSlice(wantSl, ptr.To("this-node"))
-		if !equality.Semantic.DeepEqual(ss[i], want) || !equality.Semantic.DeepEqual(sls[i], wantSl) {
-			t.Fatalf("sharing changed a value:\n%+v\n%+v", ss[i], sls[i])
+		if !equality.Semantic.DeepEqual(ss[i], want) {
+			t.Fatalf("sharing changed a value:\n%+v", ss[i])
+		}
+		wantEps := proxySlices(wantSl)[0]
+		if !reflect.DeepEqual(sls[i], wantEps) {
+			t.Fatalf("sharing changed a value:\n%+v\nwant\n%+v", sls[i], wantEps)
 		}
 	}
 	a, b := &ss[0].Spec, &ss[1].Spec

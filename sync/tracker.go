@@ -21,7 +21,7 @@ type Tracker struct {
 	// ~250 bytes even with one entry; at 100,000 services that is 25 MB).
 	// Copy on write: a stored slice is never modified, so Get can hand it
 	// out without copying.
-	slices  map[string][]*discovery.EndpointSlice
+	slices  map[string][]*ProxySlice
 	sliceOf map[string]string // "namespace/slice" → service key
 
 	// OnChange is called (outside the lock) with the key of every service
@@ -33,7 +33,7 @@ type Tracker struct {
 func NewTracker() *Tracker {
 	return &Tracker{
 		services: map[string]*v1.Service{},
-		slices:   map[string][]*discovery.EndpointSlice{},
+		slices:   map[string][]*ProxySlice{},
 		sliceOf:  map[string]string{},
 	}
 }
@@ -41,7 +41,7 @@ func NewTracker() *Tracker {
 // Get returns the Service (nil when deleted or not yet seen) and the
 // EndpointSlices of key. The returned objects and slice are shared and
 // must not be modified.
-func (t *Tracker) Get(key string) (*v1.Service, []*discovery.EndpointSlice) {
+func (t *Tracker) Get(key string) (*v1.Service, []*ProxySlice) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.services[key], t.slices[key]
@@ -129,22 +129,25 @@ func (t *Tracker) deleteService(obj any) {
 	t.notify(key, false)
 }
 
-// sliceKey returns the key of the service a slice belongs to, or "" for a
-// slice without the kubernetes.io/service-name label.
-func sliceKey(s *discovery.EndpointSlice) string {
-	name := s.Labels[discovery.LabelServiceName]
-	if name == "" {
-		return ""
+// proxySlice returns the slice an informer handed over: a ProxySlice
+// (StripForProxy made it), or an API EndpointSlice when no transform was
+// installed (tools and tests feed those), made into one here.
+func proxySlice(obj any) (*ProxySlice, bool) {
+	switch s := obj.(type) {
+	case *ProxySlice:
+		return s, true
+	case *discovery.EndpointSlice:
+		return NewProxySlice(s), true
 	}
-	return s.Namespace + "/" + name
+	return nil, false
 }
 
 func (t *Tracker) setSlice(obj any) {
-	s, ok := obj.(*discovery.EndpointSlice)
+	s, ok := proxySlice(obj)
 	if !ok {
 		return
 	}
-	key := sliceKey(s)
+	key := s.key()
 	id := s.Namespace + "/" + s.Name
 	t.mu.Lock()
 	// A slice relabelled to another service leaves the old one.
@@ -171,7 +174,7 @@ func (t *Tracker) deleteSlice(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	s, ok := obj.(*discovery.EndpointSlice)
+	s, ok := proxySlice(obj)
 	if !ok {
 		return
 	}
@@ -190,10 +193,10 @@ func (t *Tracker) deleteSlice(obj any) {
 
 // putSliceLocked stores s among key's slices, replacing the one of the
 // same name, into a new array (copy on write, see Tracker.slices).
-func (t *Tracker) putSliceLocked(key string, s *discovery.EndpointSlice) {
+func (t *Tracker) putSliceLocked(key string, s *ProxySlice) {
 	old := t.slices[key]
-	i := slices.IndexFunc(old, func(o *discovery.EndpointSlice) bool { return o.Name == s.Name })
-	next := make([]*discovery.EndpointSlice, len(old), len(old)+1)
+	i := slices.IndexFunc(old, func(o *ProxySlice) bool { return o.Name == s.Name })
+	next := make([]*ProxySlice, len(old), len(old)+1)
 	copy(next, old)
 	if i >= 0 {
 		next[i] = s
@@ -207,7 +210,7 @@ func (t *Tracker) putSliceLocked(key string, s *discovery.EndpointSlice) {
 // new array (copy on write).
 func (t *Tracker) dropSliceLocked(key, name string) {
 	old := t.slices[key]
-	i := slices.IndexFunc(old, func(o *discovery.EndpointSlice) bool { return o.Name == name })
+	i := slices.IndexFunc(old, func(o *ProxySlice) bool { return o.Name == name })
 	switch {
 	case i < 0:
 	case len(old) == 1:

@@ -5,12 +5,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
 // sliceNames lists the names of a service's slices as Get returns them.
-func sliceNames(sl []*discovery.EndpointSlice) []string {
+func sliceNames(sl []*ProxySlice) []string {
 	var out []string
 	for _, s := range sl {
 		out = append(out, s.Name)
@@ -32,8 +31,8 @@ func TestTrackerSlices(t *testing.T) {
 		notified = append(notified, key)
 	}
 	h := tr.EndpointSliceHandler()
-	a := slice("ns", "web", "web-a", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.1"})
-	b := slice("ns", "web", "web-b", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.2"})
+	a := NewProxySlice(slice("ns", "web", "web-a", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.1"}))
+	b := NewProxySlice(slice("ns", "web", "web-b", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.2"}))
 	h.OnAdd(a, false)
 	h.OnAdd(b, false)
 	_, held := tr.Get("ns/web")
@@ -41,7 +40,7 @@ func TestTrackerSlices(t *testing.T) {
 		t.Fatalf("after two adds: %v", got)
 	}
 
-	a2 := slice("ns", "web", "web-a", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.9"})
+	a2 := NewProxySlice(slice("ns", "web", "web-a", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.9"}))
 	h.OnUpdate(a, a2)
 	_, now := tr.Get("ns/web")
 	if len(now) != 2 || now[0] != a2 {
@@ -51,7 +50,7 @@ func TestTrackerSlices(t *testing.T) {
 		t.Error("the list Get returned earlier changed under its holder")
 	}
 
-	moved := slice("ns", "api", "web-b", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.2"})
+	moved := NewProxySlice(slice("ns", "api", "web-b", "", 80, v1.ProtocolTCP, ep{ip: "10.0.0.2"}))
 	h.OnUpdate(b, moved)
 	_, web := tr.Get("ns/web")
 	_, api := tr.Get("ns/api")

@@ -53,7 +53,7 @@ func TestWeightsAnnotation(t *testing.T) {
 		strip := StripForProxy(testNode, CriticalServices{})
 		strip(s)
 		strip(sl)
-		if p := Build(s, []*discovery.EndpointSlice{sl}, &e.cfg).Problems; len(p) != 0 {
+		if p := Build(s, proxySlices(sl), &e.cfg).Problems; len(p) != 0 {
 			t.Errorf("%q: problems %q", c.weights, p)
 		}
 		e.apply(s, sl)
