@@ -331,6 +331,7 @@ func TestDiffAcceptsVerbosity(t *testing.T) {
 const (
 	canaryRestoresMetric = "ipvsproxy_iptables_canary_restores_total"
 	tableRestoresMetric  = "ipvsproxy_nftables_table_restores_total"
+	passRepairsMetric    = "ipvsproxy_full_pass_rule_repairs_total"
 	fullPassesMetric     = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}` // per family, as kube-proxy
 )
 

@@ -265,13 +265,13 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 			for i, a := range args {
 				args[i] = strings.ReplaceAll(a, "_", " ") // one comment argument
 			}
-			restores, passes := monitorRestores(), metric(t, fullPassesMetric)
+			repairs := ruleRepairs()
 			if _, err := framework.Run(c.tool, args...); err != nil {
 				t.Fatal(err)
 			}
 			broken := time.Now()
 			if got, _ := framework.ProxyRules(); strings.Join(got, "\n") == strings.Join(want, "\n") {
-				repairedBeforeListed(t, restores, passes)
+				repairedBeforeListed(t, repairs)
 			}
 			waitKernel(t, passTimeout, "rules restored", func() error {
 				got, err := framework.ProxyRules()
@@ -294,36 +294,28 @@ func TestDriftChainRuleRepaired(t *testing.T) {
 // listed right after a hand-made break: a repair came first, or the break
 // did nothing. The rules' monitor (nftables' table, or iptables-nft's
 // generations) may repair within its one-second poll, before the listing
-// (a process) read them: then its restore counter has moved. So may a
-// periodic pass whose node set-up began just then (every SyncPeriod; it
-// rewrites drifted rules without counting a monitor restore): then the
-// pass ends within seconds. Neither within a few seconds is a break
-// that had no visible effect.
-func repairedBeforeListed(t *testing.T, restores, passes float64) {
+// (a process) read them; so may a periodic pass whose node set-up began
+// just then. Either counts its repair (the monitor once it has written:
+// a moment after the listing, hence the wait). No repair counted is a
+// break that had no visible effect.
+func repairedBeforeListed(t *testing.T, before float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		switch {
-		case monitorRestores() > restores:
-			t.Logf("the monitor restored the rules before they were listed")
-			return
-		case metric(t, fullPassesMetric) > passes:
-			t.Logf("a periodic pass ended right after the break: its node set-up restored the rules before they were listed")
-			return
-		case time.Now().After(deadline):
-			t.Fatal("breaking the rules by hand had no visible effect")
+	waitKernel(t, 5*time.Second, "rules whole right after the break: a repair counted", func() error {
+		if now := ruleRepairs(); now <= before {
+			return fmt.Errorf("breaking the rules by hand had no visible effect: %v repairs counted before and after", now)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
-// monitorRestores is how many times the proxy's monitors rewrote its
-// rules after another program changed them (either backend's counter;
-// the other one is absent, read as 0).
-func monitorRestores() float64 {
+// ruleRepairs is how many times the proxy rewrote its rules after another
+// program changed them: its monitors' restores (either backend's counter;
+// the other one is absent, read as 0) and its full passes' repairs.
+func ruleRepairs() float64 {
 	canary, _ := framework.Metric(canaryRestoresMetric)
 	table, _ := framework.Metric(tableRestoresMetric)
-	return canary + table
+	pass, _ := framework.Metric(passRepairsMetric)
+	return canary + table + pass
 }
 
 // stoppableLoop is a framework.Loop whose Stop may be called again (by

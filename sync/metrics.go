@@ -46,6 +46,11 @@ type Metrics struct {
 	ConntrackReconcile      *prometheus.CounterVec   // entries that walk deleted, by family
 	SetGrowths              prometheus.Counter
 	CriticalProgrammed      prometheus.Gauge
+	// PassRuleRepairs counts the full passes whose node set-up found the
+	// fixed rules (or the nftables table) changed by another program and
+	// rewrote them; the monitors count the repairs they make between
+	// passes in their own counters (cmd/ipvsproxy/app/startup.go).
+	PassRuleRepairs prometheus.Counter
 
 	families []string // the node's, set by the runner
 }
@@ -78,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.SyncDuration, m.FullPassDuration, m.NetworkProgramming, m.LastSync, m.LastQueued,
 			m.EndpointChanges, m.EndpointPending, m.ServiceChanges, m.ServicePending,
 			m.NoLocalEndpoints, m.RestoreFailures, m.NFTablesSyncFailures, m.NFTablesCleanupFailures, m.Syncs, m.SyncFailures, m.ServicesFailing, m.KernelOps,
-			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths, m.CriticalProgrammed)
+			m.ServicesProgrammed, m.Draining, m.ConntrackDeleted, m.ConntrackDuration, m.ConntrackReconcile, m.SetGrowths, m.CriticalProgrammed, m.PassRuleRepairs)
 	}
 	return m
 }
@@ -171,6 +176,8 @@ func (m *Metrics) newOwnMetrics() {
 		"ipsets replaced by larger ones (filled, then swapped in atomically) because they had to hold more entries")
 	m.ConntrackDeleted = ownCounter("conntrack_udp_entries_deleted_total",
 		"Stale UDP conntrack entries deleted after their backend went away")
+	m.PassRuleRepairs = ownCounter("full_pass_rule_repairs_total",
+		"Full passes that found the fixed iptables rules or the nftables table changed by another program and rewrote them (repairs between passes: ipvsproxy_iptables_canary_restores_total, ipvsproxy_nftables_table_restores_total)")
 	m.CriticalProgrammed = ownGauge("critical_services_programmed_seconds",
 		"Seconds from the proxy's start until every critical Service (--critical-services and default/kubernetes) of the informers' initial lists was programmed, endpoints included; 0 until then")
 }

@@ -33,6 +33,9 @@ type nodeSetup struct {
 	// table is the nftables backend's table; nil with the iptables one.
 	table       nftablesTable
 	onTableFail func() // counts a failed Sync of the table
+	// onRepair counts a Sync, after the first one, that rewrote the rules
+	// or the table: another program changed them since.
+	onRepair func()
 	// retire removes the other backend's node-wide objects after a full
 	// pass (a node switched between backends keeps nothing of the old).
 	retire *afterFirstPass
@@ -46,6 +49,7 @@ func (n *nodeSetup) ensure() error {
 		// Read back, and the whole structure in one transaction only if
 		// it differs: a flushed or edited chain is repaired, the sets'
 		// elements are left alone.
+		written := n.table.HasSynced()
 		changed, err := n.table.Sync()
 		if err != nil {
 			if n.onTableFail != nil {
@@ -53,8 +57,8 @@ func (n *nodeSetup) ensure() error {
 			}
 			return err
 		}
-		if changed {
-			klog.V(2).InfoS("Wrote the nftables table's structure", "table", "inet "+nftrules.TableName)
+		if changed && written {
+			n.repaired("Repaired the nftables table's structure, changed by another program", "table", "inet "+nftrules.TableName)
 		}
 		return nil
 	}
@@ -65,6 +69,7 @@ func (n *nodeSetup) ensure() error {
 		}
 	}
 	for i, r := range n.rules {
+		written := r.HasSynced()
 		changed, err := r.Sync()
 		if err != nil {
 			if n.onFail != nil {
@@ -72,11 +77,21 @@ func (n *nodeSetup) ensure() error {
 			}
 			return err
 		}
-		if changed {
-			klog.V(2).InfoS("Restored the fixed iptables rules")
+		if changed && written {
+			n.repaired("Repaired the fixed iptables rules, changed by another program", "family", ipFamily(ruleFamily(i)))
 		}
 	}
 	return nil
+}
+
+// repaired logs and counts a rewrite of rules ipvsproxy had written
+// before: the monitor between passes had not caught the change (it looks
+// every second), or the kernel gave it no sign.
+func (n *nodeSetup) repaired(msg string, kv ...any) {
+	klog.InfoS(msg, kv...)
+	if n.onRepair != nil {
+		n.onRepair()
+	}
 }
 
 // startupSysctls are the kernel settings kube-proxy's IPVS mode makes at

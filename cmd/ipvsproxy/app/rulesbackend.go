@@ -123,6 +123,7 @@ func retireWithoutTools(retire func() error) func() error {
 func tableNodeSetup(kernel owned.Kernel, table nftablesTable, v6 bool, metrics *sync.Metrics, retire func() error) *nodeSetup {
 	return &nodeSetup{dummy: kernel.Dummy, ipset: table.IPSets(), sets: owned.Sets(true, v6), table: table,
 		onTableFail: func() { metrics.NFTablesFailed(metrics.NFTablesSyncFailures, v6) },
+		onRepair:    metrics.PassRuleRepairs.Inc,
 		retire:      &afterFirstPass{what: "the iptables backend's chains and ipsets", do: retire}}
 }
 

@@ -168,8 +168,9 @@ func newNodeSetup(ctx context.Context, o *Options, kernel owned.Kernel, metrics 
 	v6 := ipv6Usable(backend)
 	removeTable := countingFailures(removeNFTablesBackend, func() { metrics.NFTablesFailed(metrics.NFTablesCleanupFailures, v6) })
 	setup := &nodeSetup{dummy: kernel.Dummy, ipset: kernel.IPSet, sets: owned.Sets(true, v6),
-		onFail: func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() },
-		retire: &afterFirstPass{what: "the nftables table", do: removeTable}}
+		onFail:   func(f iptables.Family) { metrics.RestoreFailures.WithLabelValues(ipFamily(f)).Inc() },
+		onRepair: metrics.PassRuleRepairs.Inc,
+		retire:   &afterFirstPass{what: "the nftables table", do: removeTable}}
 	detector, err := localDetector(ctx, o, client, nodeName)
 	if err != nil {
 		return nil, false, err
