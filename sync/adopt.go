@@ -47,7 +47,7 @@ func (r *Reconciler) Adopt(key string, want *ServiceState) error {
 	}
 	r.write.settle(key)
 	w, conflicts := r.withoutConflicts(key, want)
-	if err := snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w); err != nil {
+	if _, err := snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w, nil); err != nil {
 		// As Sync would have said: the conflicts are reported either way.
 		return errors.Join(fmt.Errorf("read real servers: %w", err), conflicts)
 	}

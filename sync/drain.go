@@ -34,6 +34,10 @@ type drainer struct {
 	grace   time.Duration
 	now     func() time.Time
 	stale   []conntrack.Flow
+	// swept, when set, is told of every virtual server a sweep deleted a
+	// real server of: the read ahead of a pass must not trust a read
+	// made before (readahead.go).
+	swept func(ipvs.ServiceKey)
 }
 
 // SetGracePeriod sets how long a removed TCP/SCTP real server may drain;
@@ -159,6 +163,9 @@ func (d *drainer) sweep() error {
 			if err := d.deleteReal(k, rk); err != nil {
 				errs = append(errs, err)
 				continue
+			}
+			if d.swept != nil {
+				d.swept(k)
 			}
 			delete(m, rk)
 		}

@@ -26,9 +26,11 @@ import (
 //   - the virtual servers, addresses and set entries are read once per
 //     pass, beside the sync loop, before the pass begins (passread.go: at
 //     100,000 services the read takes seconds, and no change waits for
-//     it); the real servers of a service's virtual servers are read in
-//     its own step, right before it is adopted and synced, so the read
-//     and the writes that follow see the same kernel;
+//     it); the real servers of a service's virtual servers are read
+//     just before its step, beside the loop (readahead.go), or in the
+//     step itself, and a read that one of ipvsproxy's writes may have
+//     made stale is read again in the step, so the adoption and the
+//     writes that follow see the kernel as it is;
 //   - every sync, in the pass or between its steps, updates the pass's
 //     snapshot with what it removed and added (the record tells the
 //     snapshots it is watched by: record.store, noteSynced), so a later
@@ -48,6 +50,13 @@ type fullPass struct {
 	failed  map[string]error
 	adopted int
 	pruner  *pruner // the last phase (prune.go); nil until it begins
+	// ahead reads the next services' real servers beside the loop; nil
+	// when the Reconciler does not read ahead (SetPassReadAhead).
+	ahead *realsAhead
+	// waiting: the last step stopped at a service whose read ahead had
+	// not ended (PassStepReady).
+	waiting    bool
+	readInStep int // virtual servers whose real servers a step read itself
 }
 
 // readTimes sums a pass's kernel reads, logged once per pass at -v=2.
@@ -73,6 +82,10 @@ type FullSyncResult struct {
 	Failed   map[string]error // per service key; retry these
 	Prune    error            // failures removing objects nobody wants
 	Adopted  int              // service keys whose kernel state was read back
+	// The virtual servers whose real servers were read ahead of their
+	// step and used, and those read in the step (not read ahead, or the
+	// read ahead was stale).
+	RealsReadAhead, RealsReadInStep int
 }
 
 // StepResult says what one step of a full pass did.
@@ -111,6 +124,10 @@ func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 		failed: map[string]error{},
 	}
 	r.rec.watch(snap)
+	if r.readAhead {
+		r.pass.ahead = newRealsAhead(r.kernel.IPVS, keys.sorted)
+		r.rec.watch(r.pass.ahead)
+	}
 	return nil
 }
 
@@ -118,6 +135,10 @@ func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 func (r *Reconciler) endPass() {
 	if r.pass != nil {
 		r.rec.unwatch(r.pass.snap)
+		if a := r.pass.ahead; a != nil {
+			r.rec.unwatch(a)
+			a.stop()
+		}
 		r.pass.keys.stop()
 		if r.pass.pruner != nil {
 			r.pass.pruner.stop()
@@ -147,10 +168,14 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 		p.failed[key] = res.Failed[key]
 	}
 	stopped := false
+	p.waiting = false
 	// The step's new objects wait and go many per round trip (deferred.go).
 	deferring := r.write.deferring
 	r.write.deferring = true
 	for !stopped {
+		if p.waitForRead() {
+			break
+		}
 		key, more := p.keys.next(r.rec.applied)
 		if !more {
 			break
@@ -168,11 +193,47 @@ func (r *Reconciler) StepPass(want func(key string) *ServiceState, stop func() b
 			fail(key, err)
 		}
 	}
-	if !stopped {
+	if !stopped && !p.waiting {
 		res.Done = p.pruneStep(stop)
 	}
 	return res
 }
+
+// waitForRead asks for the reads ahead of the pass's position and reports
+// whether the service there waits for one (the step stops).
+func (p *fullPass) waitForRead() bool {
+	a := p.ahead
+	if a == nil {
+		return false
+	}
+	pos := p.keys.pos
+	if pos >= len(a.keys) {
+		a.stop() // the sorted keys are done; the rest are read in their step
+		return false
+	}
+	a.fill(pos, p.r.rec, p.snap)
+	p.waiting = a.waiting(pos)
+	return p.waiting
+}
+
+// PassStepReady returns a channel ready when the running pass's next step
+// can make progress: at once, unless the last step stopped for a read
+// ahead, then when the reader has gone on. Nil when no pass runs.
+func (r *Reconciler) PassStepReady() <-chan struct{} {
+	switch {
+	case r.pass == nil:
+		return nil
+	case r.pass.waiting:
+		return r.pass.ahead.arrived
+	default:
+		return closed
+	}
+}
+
+// SetPassReadAhead makes the full passes begun from now read the real
+// servers of the next services beside the loop (readahead.go). Off, as
+// tools and most tests want it, each step reads its services' own.
+func (r *Reconciler) SetPassReadAhead(on bool) { r.readAhead = on }
 
 // syncKey is one service's share of a full pass: adopt from the pass's
 // snapshot, sync, and retire the real servers the kernel has and the
@@ -185,7 +246,13 @@ func (p *fullPass) syncKey(key string, w *ServiceState) error {
 	r.write.settle(key) // before its record is read back
 	// Never adopt what another key owns (Sync would only leave it out).
 	w, conflicts := r.withoutConflicts(key, w)
-	if err := p.snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w); err != nil {
+	var ahead []aheadRead
+	if p.ahead != nil {
+		ahead = p.ahead.take(key)
+	}
+	readNow, err := p.snap.loadRealsOf(r.kernel.IPVS, r.rec, key, w, ahead)
+	p.readInStep += readNow
+	if err != nil {
 		return fmt.Errorf("read real servers: %w", err)
 	}
 	if !r.rec.isReadBack(key, w, p.snap) {
@@ -195,7 +262,7 @@ func (p *fullPass) syncKey(key string, w *ServiceState) error {
 	if r.rec.applied[key] != nil {
 		p.adopted++
 	}
-	err := r.Sync(key, w)
+	err = r.Sync(key, w)
 	err = errors.Join(err, conflicts, p.pruneReals(key))
 	p.snap.release(w)
 	return err
@@ -213,7 +280,12 @@ func (r *Reconciler) FinishPass() FullSyncResult {
 	}
 	r.endPass()
 	r.rec.released = nil
-	return FullSyncResult{Services: p.keys.synced, Failed: p.failed, Prune: errors.Join(p.pruner.errs...), Adopted: p.adopted}
+	res := FullSyncResult{Services: p.keys.synced, Failed: p.failed, Prune: errors.Join(p.pruner.errs...), Adopted: p.adopted,
+		RealsReadInStep: p.readInStep}
+	if p.ahead != nil {
+		res.RealsReadAhead = p.ahead.used
+	}
+	return res
 }
 
 // pruneReals retires the real servers of key's virtual servers that the

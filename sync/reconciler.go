@@ -59,6 +59,9 @@ type Reconciler struct {
 	// until a full pass has read the kernel afresh.
 	startup *kernelSnapshot
 	pass    *fullPass // the full pass in progress, if any
+	// readAhead: a pass reads its next services' real servers beside
+	// the loop (SetPassReadAhead).
+	readAhead bool
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)
@@ -71,7 +74,7 @@ type Reconciler struct {
 // full pass adopts whatever the kernel already holds.
 func NewReconciler(k owned.Kernel, ownedSets []string, exclude []netip.Prefix) *Reconciler {
 	r := &Reconciler{kernel: k, exclude: exclude, sets: ownedSets, rec: newRecord()}
-	r.drain = &drainer{ipvs: k.IPVS, observe: r.observe, since: drainState{}, now: time.Now}
+	r.drain = &drainer{ipvs: k.IPVS, observe: r.observe, since: drainState{}, now: time.Now, swept: r.sweptReal}
 	r.grow = &setGrower{ipset: k.IPSet, rec: r.rec, onGrown: func(set string, maxElem uint32) {
 		if r.OnSetGrown != nil {
 			r.OnSetGrown(set, maxElem)

@@ -142,13 +142,20 @@ func TestIncrementalTouchesOnlyTheChangedService(t *testing.T) {
 // manyService is service i of a large cluster: one TCP port, its own
 // ClusterIP, eps endpoints.
 func manyService(i, eps int) (*v1.Service, *discovery.EndpointSlice) {
-	ip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
-	s := svc("ns", fmt.Sprintf("svc-%d", i), ip.String(), "http:80/TCP")
+	s := svc("ns", fmt.Sprintf("svc-%d", i), manyServiceIP(i).String(), "http:80/TCP")
 	var list []ep
 	for j := 0; j < eps; j++ {
-		list = append(list, ep{ip: netip.AddrFrom4([4]byte{10, byte(128 + j), byte(i >> 8), byte(i)}).String(), node: "other"})
+		list = append(list, ep{ip: manyServiceEndpoint(i, j).String(), node: "other"})
 	}
 	return s, slice("ns", s.Name, s.Name+"-1", "http", 8080, v1.ProtocolTCP, list...)
+}
+
+// manyServiceIP is the ClusterIP of manyService(i, …).
+func manyServiceIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}) }
+
+// manyServiceEndpoint is the address of manyService(i, …)'s endpoint j.
+func manyServiceEndpoint(i, j int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(128 + j), byte(i >> 8), byte(i)})
 }
 
 func TestSharedAddressIsRefcounted(t *testing.T) {

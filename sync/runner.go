@@ -149,6 +149,7 @@ func NewRunner(cfg RunnerConfig, t *Tracker, rec *Reconciler) *Runner {
 	m.setFamilies(cfg.Build.IPv6)
 	rec.OnOp = m.observeOp
 	t.OnChange = r.changed
+	rec.SetPassReadAhead(true)
 	return r
 }
 
@@ -322,10 +323,9 @@ type batch struct {
 // pending when it wakes is taken together. It reports false when ctx is
 // done.
 func (r *Runner) next(ctx context.Context) bool {
-	var step chan struct{}
-	if r.rec.PassRunning() {
-		step = closed // the pass continues, after what is pending
-	}
+	// The running pass continues, after what is pending: at once, or
+	// when the read ahead of its next service has ended (readahead.go).
+	step := r.rec.PassStepReady()
 	var b batch
 	select {
 	case <-ctx.Done():

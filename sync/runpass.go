@@ -71,7 +71,8 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 		r.cfg.OnFullSync(r.rec.Counts())
 	}
 	klog.V(2).InfoS("Full pass done", "services", res.Services, "adopted", res.Adopted,
-		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook)
+		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook,
+		"realsReadAhead", res.RealsReadAhead, "realsReadInStep", res.RealsReadInStep)
 	return true, res.Prune
 }
 

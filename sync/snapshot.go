@@ -173,15 +173,25 @@ func (s *kernelSnapshot) adoptable(rec *record, key string, w *ServiceState) ite
 	}
 }
 
-// loadRealsOf reads the real servers of every virtual server in w that
-// key may adopt.
-func (s *kernelSnapshot) loadRealsOf(h ipvs.Interface, rec *record, key string, w *ServiceState) error {
+// loadRealsOf gives every virtual server in w that key may adopt its real
+// servers: those read ahead (readahead.go) when ahead has them, read now
+// otherwise. It returns how many it read now.
+func (s *kernelSnapshot) loadRealsOf(h ipvs.Interface, rec *record, key string, w *ServiceState, ahead []aheadRead) (int, error) {
+	readNow := 0
 	for v, kv := range s.adoptable(rec, key, w) {
+		if kv.loaded {
+			continue
+		}
+		if i := slices.IndexFunc(ahead, func(rd aheadRead) bool { return rd.vs == v.VS.ServiceKey }); i >= 0 {
+			kv.reals, kv.loaded = ahead[i].reals, true
+			continue
+		}
+		readNow++
 		if err := kv.load(h, v.VS.ServiceKey, len(v.Reals)+1); err != nil {
-			return err
+			return readNow, err
 		}
 	}
-	return nil
+	return readNow, nil
 }
 
 // release drops the real servers read for w's virtual servers once their
