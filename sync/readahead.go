@@ -183,9 +183,10 @@ func (a *realsAhead) waiting(pos int) bool {
 	if pos >= len(a.keys) {
 		return false
 	}
-	if _, asked := a.asking[a.keys[pos]]; !asked {
+	if _, asked := a.asking[a.keys[pos]]; !asked || a.done.Load() > int64(pos) {
 		return false
 	}
+	ready(a.arrived) // a wake-up from before this wait would be a false one
 	a.wakeAt.Store(int64(min(pos+readAheadWake, a.last+1)))
 	// The reader stores done before it reads wakeAt: either it sees the
 	// new wakeAt, or this sees its done.
