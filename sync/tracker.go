@@ -142,6 +142,18 @@ func proxySlice(obj any) (*ProxySlice, bool) {
 	return nil, false
 }
 
+// sliceName is the namespace and name of a slice, raw or kept: a deletion
+// needs no more (converting a raw slice would parse every endpoint).
+func sliceName(obj any) (namespace, name string, ok bool) {
+	switch s := obj.(type) {
+	case *ProxySlice:
+		return s.Namespace, s.Name, true
+	case *discovery.EndpointSlice:
+		return s.Namespace, s.Name, true
+	}
+	return "", "", false
+}
+
 func (t *Tracker) setSlice(obj any) {
 	s, ok := proxySlice(obj)
 	if !ok {
@@ -174,15 +186,15 @@ func (t *Tracker) deleteSlice(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	s, ok := proxySlice(obj)
+	ns, name, ok := sliceName(obj)
 	if !ok {
 		return
 	}
-	id := s.Namespace + "/" + s.Name
+	id := ns + "/" + name
 	t.mu.Lock()
 	key, had := t.sliceOf[id]
 	if had {
-		t.dropSliceLocked(key, s.Name)
+		t.dropSliceLocked(key, name)
 		delete(t.sliceOf, id)
 	}
 	t.mu.Unlock()
