@@ -141,16 +141,11 @@ func (kv *kernelVS) load(h ipvs.Interface, k ipvs.ServiceKey, sizeHint int) erro
 	if kv.loaded {
 		return nil
 	}
-	kv.reals = make([]ipvs.RealServer, 0, sizeHint)
-	err := h.WalkRealServers(k, func() { kv.reals = kv.reals[:0] }, func(rs ipvs.RealServer) error {
-		kv.reals = append(kv.reals, rs)
-		return nil
-	})
-	if err != nil {
-		return err
+	rd := readReals(h, k, sizeHint)
+	if rd.err != nil {
+		return rd.err
 	}
-	slices.SortFunc(kv.reals, compareReal)
-	kv.loaded = true
+	kv.reals, kv.loaded = rd.reals, true
 	return nil
 }
 
