@@ -59,8 +59,7 @@ type realsAhead struct {
 	mu   gosync.Mutex
 	read map[string][]aheadRead // by service key, until taken
 
-	// Counted for the pass's log line.
-	used, stale int
+	used int // reads taken and used, for the pass's log line
 }
 
 // aheadItem is one service whose real servers the reader is to read.
@@ -179,10 +178,8 @@ func (a *realsAhead) fill(pos int, rec *record, snap *kernelSnapshot) {
 // waiting reports whether the service at pos was asked for and its read
 // has not ended; the reader then signals arrived once it is readAheadWake
 // services further (or at the last one asked for).
+// pos is within keys (waitForRead).
 func (a *realsAhead) waiting(pos int) bool {
-	if pos >= len(a.keys) {
-		return false
-	}
 	if _, asked := a.asking[a.keys[pos]]; !asked || a.done.Load() > int64(pos) {
 		return false
 	}
@@ -209,8 +206,7 @@ func (a *realsAhead) take(key string) []aheadRead {
 		written, asked := a.written[rd.vs]
 		delete(a.written, rd.vs)
 		if !asked || written || rd.err != nil {
-			a.stale++
-			continue
+			continue // the step reads it again
 		}
 		fresh = append(fresh, rd)
 	}
