@@ -113,10 +113,14 @@ func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 	if read.err != nil {
 		return read.err
 	}
-	read.took.report()
 	snap := read.snap
-	snap.settle(r.rec, read.journal)
-	r.endAdoption() // the pass's read is newer than the start-up one
+	if read.fromStartup {
+		klog.V(2).InfoS("Full pass begins from the start-up read, kept true since")
+	} else {
+		read.took.report()
+		snap.settle(r.rec, read.journal)
+	}
+	r.endAdoption() // the pass's read is newer than the start-up one, or is it
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,

@@ -341,8 +341,8 @@ func TestNoFullPassBeforeTheInformersSynced(t *testing.T) {
 // TestPassReadWithChangesBetweenItsDumps: services removed, added and
 // changed while the pass's read runs beside the loop — before and after
 // the dump of the part they touch — are neither resurrected nor pruned
-// nor undone, on a node that started from a start-up snapshot (kept true
-// while the first pass reads; the pass's read settled from the journal).
+// nor undone (the pass's read settled from the journal), on a restarted
+// node whose first pass went over the start-up read.
 func TestPassReadWithChangesBetweenItsDumps(t *testing.T) {
 	k := newKernel(t)
 	first := newEngine(t, k)
@@ -360,12 +360,16 @@ func TestPassReadWithChangesBetweenItsDumps(t *testing.T) {
 	}
 	e.apply(ext)
 	e.apply(svc("default", "z", "10.96.1.11", "81"))
+	e.full()                 // from the start-up read: the next pass reads the kernel
 	for i := 4; i < 6; i++ { // listed by the informers, not synced yet
 		s, sl := manyService(i, 3)
 		key := "ns/" + s.Name
 		e.services[key], e.slices[key] = s, []*discovery.EndpointSlice{sl}
 	}
 	read := e.rec.StartPassRead()
+	if read.fromStartup {
+		t.Fatal("the second pass begins from the start-up read")
+	}
 	read.snap.allocate(read.size)   // as Run does
 	for i, rd := range read.reads { // the read beside the loop, with syncs between its dumps
 		must(t, rd.do())

@@ -76,6 +76,56 @@ func TestStreamingReadsNoRealServersItWrote(t *testing.T) {
 	}
 }
 
+// TestFirstPassBeginsFromTheStartupRead: a restarted proxy's first full
+// pass goes over the start-up read, kept true by every write since, and
+// reads nothing from the kernel: it still prunes what the earlier run
+// left and no service wants, and programs a service that was never synced.
+// A change made behind ipvsproxy's back after the start-up read is not in
+// that read; the next pass reads the kernel afresh and repairs it.
+func TestFirstPassBeginsFromTheStartupRead(t *testing.T) {
+	k := newKernel(t)
+	first := newEngine(t, k)
+	for i := 0; i < 10; i++ {
+		first.apply(manyService(i, 3))
+	}
+	restarted := newEngine(t, k)
+	must(t, restarted.rec.BeginAdoption())
+	for i := 0; i < 7; i++ { // 7, 8 and 9 were deleted while no proxy ran
+		streamIn(t, restarted, i)
+	}
+	s, sl := manyService(10, 2) // listed, not synced before the pass
+	restarted.services["ns/"+s.Name], restarted.slices["ns/"+s.Name] = s, []*discovery.EndpointSlice{sl}
+	vs := ipvs.ServiceKey{Address: manyServiceIP(3), Protocol: ipvs.TCP, Port: 80}
+	gone := ipvs.RealKey{Address: manyServiceEndpoint(3, 1), Port: 8080}
+	must(t, k.IPVS.DeleteRealServer(vs, gone)) // behind the proxy's back, after its start-up read
+
+	k.ResetCounts()
+	restarted.full()
+	if n := k.reads(); n != 0 {
+		t.Errorf("the first pass read the kernel %d times, want none: %v", n, k.IPVS.Counts())
+	}
+	want := restarted.reference()
+	got := k.text()
+	for _, leftover := range []int{7, 8, 9} {
+		if ip := manyServiceIP(leftover).String(); strings.Contains(got, ip) {
+			t.Errorf("%s, left by the earlier run, not pruned by the first pass", ip)
+		}
+	}
+	if !strings.Contains(got, manyServiceIP(10).String()+":80") {
+		t.Error("the service listed but not yet synced is not programmed by the first pass")
+	}
+	if got == want {
+		t.Fatal("the real server deleted after the start-up read is back after the first pass: did it read the kernel?")
+	}
+
+	k.ResetCounts()
+	restarted.full()
+	if k.reads() == 0 {
+		t.Error("the second pass did not read the kernel")
+	}
+	assertText(t, "kernel after the second pass", k.text(), want)
+}
+
 // TestStreamingForgetsWhatItRemoved: a backend removed during start-up
 // and then back must really be added again, not "adopted" from the now
 // stale snapshot.
