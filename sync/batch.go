@@ -75,6 +75,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	}
 	r.rep.serviceFailures(append(keys, affected...), failed)
 	logSlowBatch(b, len(keys)+len(affected), end.Sub(start), passFinished)
+	logSyncedChanges(keys, queuedAt, start, end)
 	r.metrics.synced(passFinished, start, end, queuedAt, failures, nodeOK, r.queue.Len())
 	if len(keys) == 0 {
 		return // a step of a pass: nothing to coalesce
@@ -101,6 +102,25 @@ func logSlowBatch(b batch, services int, took time.Duration, passFinished bool) 
 	}
 	klog.V(2).InfoS("Slow sync batch", "took", took, "services", services, "passBegan", b.setUp != nil,
 		"passFinished", passFinished, "drainSweep", b.drain, "nodeUpdate", b.node)
+}
+
+// logSyncedChanges says, at -v=2 and once per batch that synced changed
+// services (kube-proxy logs each of its syncs at -v=2 too), how long the
+// oldest of them waited for the loop and how long the batch took: with
+// the change's write time, bench100k splits a slow change into its
+// delivery to the proxy, its wait for the loop, the batch and what came
+// after. first is the first key synced, which the queue hands out
+// oldest first; queuedAt is the oldest change's stamp (at most
+// stampResolution early).
+func logSyncedChanges(keys []string, queuedAt int64, start, end time.Time) {
+	if len(keys) == 0 || !klog.V(2).Enabled() {
+		return
+	}
+	var waited time.Duration
+	if queuedAt != 0 {
+		waited = start.Sub(time.Unix(0, queuedAt))
+	}
+	klog.V(2).InfoS("Synced changes", "services", len(keys), "first", keys[0], "waited", waited, "took", end.Sub(start))
 }
 
 // syncEach syncs keys in order. Before each one it syncs the critical

@@ -74,9 +74,11 @@ func (ch *changer) report(logPath string) changeLatency {
 		cl.Error = strings.TrimPrefix(cl.Error+"; ", "; ") + "proxy log: " + err.Error()
 	}
 	cl.Passes = parsePasses(string(text), ch.begin)
+	synced := parseSynced(string(text), ch.begin)
 	var during, between, unknown []float64
 	for _, res := range ch.results {
 		res.Class = classify(res.WrittenSeconds, cl.Passes)
+		res.Split = split(res, ch.begin.Add(time.Duration(res.WrittenSeconds*float64(time.Second))), synced)
 		switch res.Class {
 		case classDuring:
 			during = append(during, res.LatencyMs)
@@ -227,4 +229,5 @@ func (r *report) changesMarkdown(b *strings.Builder) {
 	if c.Error != "" {
 		fmt.Fprintf(b, "| stopped early | %s |\n", c.Error)
 	}
+	c.slowChangesMarkdown(b)
 }

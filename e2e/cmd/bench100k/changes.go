@@ -58,7 +58,10 @@ type changeResult struct {
 	// slowed by the guest, not necessarily by the proxy.
 	MaxPollGapMs float64 `json:"maxPollGapMs"`
 	Class        string  `json:"class"` // changereport.go
-	written      time.Time
+	// Split: where its time went, from the proxy's log (changesplit.go);
+	// nil when no batch logged it first.
+	Split   *changeSplit `json:"split,omitempty"`
+	written time.Time
 }
 
 // changer makes and measures the changes, one at a time.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -169,5 +170,47 @@ func TestChangesMarkdown(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestSlowChangesSplitByTheProxysLine: a slow change during a pass is
+// matched to the "Synced changes" line of the batch that had it first
+// (not another service's, not one logged before its write) and split into
+// delivery, wait, batch and the rest; one no batch had first says so.
+func TestSlowChangesSplitByTheProxysLine(t *testing.T) {
+	launched := time.Date(2026, 12, 3, 18, 0, 0, 0, time.Local)
+	log := `===== bench100k: starting ipvsproxy
+I1203 18:00:10.050000     110 batch.go:120] "Synced changes" services=1 first="ns/svc-7" waited="1ms" took="2ms"
+I1203 18:00:20.100000     110 batch.go:120] "Synced changes" services=1 first="ns/svc-9" waited="5ms" took="20ms"
+I1203 18:00:20.160000     110 batch.go:120] "Synced changes" services=2 first="ns/svc-7" waited="30ms" took="60ms"
+I1203 18:00:25.000000     110 fullsync.go:80] "Full pass read the kernel" took="1s" longestRead="virtual servers" longestReadTook="1s"
+I1203 18:01:00.000000     110 runpass.go:73] "Full pass done" services=2 adopted=2 failed=0 duration="55s"
+`
+	path := t.TempDir() + "/ipvsproxy.log"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ch := &changer{begin: launched, results: []changeResult{
+		{Service: "ns/svc-7", WrittenSeconds: 20.04, LatencyMs: 130},
+		{Service: "ns/svc-8", WrittenSeconds: 30, LatencyMs: 150},
+		{Service: "ns/svc-9", WrittenSeconds: 40, LatencyMs: 20},
+	}}
+	c := ch.report(path)
+	s := c.List[0].Split
+	if s == nil || s.DeliveredMs != 30 || s.WaitedMs != 30 || s.BatchMs != 60 || s.AfterMs != 10 {
+		t.Fatalf("svc-7's split %+v, want delivered 30, waited 30, batch 60, after 10", s)
+	}
+	if c.List[1].Split != nil || c.List[2].Split != nil {
+		t.Errorf("splits of changes no batch after their write had first: %+v %+v", c.List[1].Split, c.List[2].Split)
+	}
+	var b strings.Builder
+	c.slowChangesMarkdown(&b)
+	for _, want := range []string{"| 20.0 | 130.0 | 30.0 | 30.0 | 60.0 | 10.0 | 0.0 |", "| 30.0 | 150.0 | no batch logged it first | | | | 0.0 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "| 40.0 |") {
+		t.Errorf("a change under the target is in the table:\n%s", b.String())
 	}
 }
