@@ -99,7 +99,14 @@ func measureRun(ctx context.Context, c *config, w *workload, p proxySpec, all []
 		}
 	}()
 	begin := time.Now()
-	if err := waitProgrammed(c, v, px, begin, r); err != nil {
+	programmed, profiled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(profiled)
+		profileProgramming(filepath.Join(c.results, fmt.Sprintf("bench-%d-%s-cpu", len(w.svcs), p.name)), programmed)
+	}()
+	err = waitProgrammed(c, v, px, begin, r)
+	close(programmed)
+	if err != nil {
 		r.Total, _ = px.Usage()
 		return err
 	}
@@ -112,6 +119,7 @@ func measureRun(ctx context.Context, c *config, w *workload, p proxySpec, all []
 		return err
 	}
 	logf("%s: first sync finished after %.1fs", p.name, r.FirstSync.Seconds())
+	<-profiled // the changes are measured without the profiler
 	time.Sleep(2 * time.Second)
 	runChanges(ctx, c, w, v, px, r)
 	if r.err != "" {
@@ -129,6 +137,46 @@ func measureRun(ctx context.Context, c *config, w *workload, p proxySpec, all []
 	running = false
 	logf("%s: stopped; restarting it on the programmed node", p.name)
 	return measureRestart(ctx, c, w, v, p, logPath, r)
+}
+
+// programmingProfiles bounds the CPU profiles of one initial programming,
+// each profileWindow long: where its time goes, per proxy (ipvsproxy's
+// nftables backend took 3.3× its iptables backend's time at 10,000
+// services, docs/benchmarks.md), without profiling the changes after it.
+const (
+	programmingProfiles = 8
+	profileWindow       = 20 * time.Second
+)
+
+// profileProgramming keeps the proxy's CPU profile in consecutive
+// windows, prefix-0.pb.gz, -1, …, from when its pprof endpoint answers
+// until done is closed (a window under way ends first) or
+// programmingProfiles were taken. Both proxies run with --profiling.
+func profileProgramming(prefix string, done <-chan struct{}) {
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(scrape.MetricsURL, "/metrics"), int(profileWindow.Seconds()))
+	for k := 0; k < programmingProfiles; {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil { // not listening yet
+			time.Sleep(time.Second)
+			continue
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			logf("CPU profile: %s %v", resp.Status, err)
+			return
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s-%d.pb.gz", prefix, k), data, 0o644); err != nil {
+			logf("CPU profile: %v", err)
+			return
+		}
+		k++
+	}
 }
 
 // saveMetrics keeps the proxy's /metrics (both serve kubeproxy_sync_*
