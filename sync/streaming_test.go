@@ -18,14 +18,8 @@ import (
 // comes before its EndpointSlices — so a kernel that already matches gets
 // no write, and the first full pass writes nothing either.
 func TestStreamingRestartWritesNothing(t *testing.T) {
-	k := newKernel(t)
-	e := newEngine(t, k)
-	for i := 0; i < 20; i++ {
-		e.apply(manyService(i, 3))
-	}
-	restarted := newEngine(t, k)
+	k, restarted := restartAfter(t, 20)
 	k.ResetCounts()
-	must(t, restarted.rec.BeginAdoption())
 	for i := 0; i < 20; i++ {
 		streamIn(t, restarted, i)
 	}
@@ -36,6 +30,21 @@ func TestStreamingRestartWritesNothing(t *testing.T) {
 	if w := k.writes(); len(w) != 0 {
 		t.Errorf("first full pass after streaming adoption wrote %v", w)
 	}
+}
+
+// restartAfter programs manyService(0…n−1, 3) on a new kernel and
+// returns it with a restarted proxy's engine that has read it at start
+// (BeginAdoption, what Run does when it streams).
+func restartAfter(t *testing.T, n int) (*kernel, *engine) {
+	t.Helper()
+	k := newKernel(t)
+	first := newEngine(t, k)
+	for i := 0; i < n; i++ {
+		first.apply(manyService(i, 3))
+	}
+	restarted := newEngine(t, k)
+	must(t, restarted.rec.BeginAdoption())
+	return k, restarted
 }
 
 // streamIn syncs manyService(i, 3) as a start-up list delivers it: the
@@ -83,13 +92,7 @@ func TestStreamingReadsNoRealServersItWrote(t *testing.T) {
 // A change made behind ipvsproxy's back after the start-up read is not in
 // that read; the next pass reads the kernel afresh and repairs it.
 func TestFirstPassBeginsFromTheStartupRead(t *testing.T) {
-	k := newKernel(t)
-	first := newEngine(t, k)
-	for i := 0; i < 10; i++ {
-		first.apply(manyService(i, 3))
-	}
-	restarted := newEngine(t, k)
-	must(t, restarted.rec.BeginAdoption())
+	k, restarted := restartAfter(t, 10)
 	for i := 0; i < 7; i++ { // 7, 8 and 9 were deleted while no proxy ran
 		streamIn(t, restarted, i)
 	}
