@@ -120,7 +120,7 @@ func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 		read.took.report()
 		snap.settle(r.rec, read.journal)
 	}
-	r.endAdoption() // the pass's read is newer than the start-up one, or is it
+	r.endAdoption() // the pass's snapshot replaces the start-up read (or is it)
 	r.pass = &fullPass{
 		r:      r,
 		snap:   snap,
