@@ -26,7 +26,8 @@ import (
 //   - the virtual servers, addresses and set entries are read once per
 //     pass, beside the sync loop, before the pass begins (passread.go: at
 //     100,000 services the read takes seconds, and no change waits for
-//     it); the real servers of a service's virtual servers are read
+//     it; the first pass after start-up takes the start-up read instead,
+//     kept true by every write since: StartPassRead); the real servers of a service's virtual servers are read
 //     just before its step, beside the loop (readahead.go), or in the
 //     step itself, and a read that one of ipvsproxy's writes may have
 //     made stale is read again in the step, so the adoption and the
