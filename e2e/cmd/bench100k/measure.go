@@ -33,6 +33,9 @@ type programmed struct {
 	ReadSeconds float64   `json:"completingReadSeconds"`
 	Reads       int       `json:"ipvsReads"`
 	IPVS        ipvsCheck `json:"ipvs"`
+	// AtReady: where the guest's CPU went until /readyz was seen 200
+	// (guestcpu.go); nil when it never was or /proc/stat was unreadable.
+	AtReady *cpuSplit `json:"cpuUntilReady,omitempty"`
 }
 
 // setsReached: every set the workload fills holds at least its entries
@@ -64,7 +67,7 @@ func (w *workload) setsReached(sets []setInfo) bool {
 // (readyVerdict). A proxy that never answers 200 is read anyway once the
 // sets have been full for as long as they took to fill (at least a
 // minute).
-func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time, ready func() bool) (programmed, error) {
+func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time, launchCPU *guestCPU, ready func() bool) (programmed, error) {
 	p := programmed{PrevReadSeconds: -1, PrevReadBeganSeconds: -1}
 	var last ipvsCheck
 	var lastBegan, lastEnd time.Time
@@ -81,6 +84,9 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 		if q := 4 * setEntries(sets, "KUBE-CLUSTER-IP") / w.n; q > profiled && q < 4 {
 			profiled = q
 			go saveCPUProfile(filepath.Join(c.results, fmt.Sprintf("cpu-at-%d-percent.pprof", 25*q)))
+		}
+		if p.AtReady == nil && launchCPU != nil && ready() {
+			p.AtReady = cpuUntilReady(proxy, begin, *launchCPU)
 		}
 		reached := w.setsReached(sets)
 		if reached && p.SetsSeconds == 0 {
@@ -117,6 +123,21 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// cpuUntilReady is the guest's and the proxy's CPU since the launch;
+// nil when /proc/stat cannot be read (the launch's reading, the guest's
+// and the proxy's, is nil then too).
+func cpuUntilReady(proxy *proc.Process, begin time.Time, launch guestCPU) *cpuSplit {
+	now, err := readGuestCPU()
+	if err != nil {
+		logf("CPU until ready: %v", err)
+		return nil
+	}
+	u, _ := proxy.Usage()
+	s := &cpuSplit{Seconds: time.Since(begin).Seconds(), Guest: now.minus(launch), Proxy: u}
+	logf("CPU until ready: %v", s)
+	return s
 }
 
 // readGate reports whether the IPVS reads may begin, the sets being

@@ -31,3 +31,29 @@ func TestReadGate(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestCPUSplit: /proc/stat's cpu line is read in its ticks, nice
+// with user and iowait with idle, the split since the launch is the
+// difference of two readings, and it prints in seconds.
+func TestGuestCPUSplit(t *testing.T) {
+	launch, err := parseGuestCPU("cpu  100 50 300 1000 20 5 40 3 0 0\ncpu0 100 50 300 1000 20 5 40 3 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := parseGuestCPU("cpu  1100 50 2300 1500 20 5 140 3 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := guestCPU{User: 1000, System: 2000, Idle: 500, SoftIRQ: 100, Other: 0}
+	if got := now.minus(launch); got != want {
+		t.Errorf("split %+v, want %+v", got, want)
+	}
+	s := cpuSplit{Seconds: 40, Guest: now.minus(launch)}
+	s.Proxy.UserSeconds, s.Proxy.SystemSeconds = 7, 9.5
+	if got := s.String(); got != "40.0 s: guest user 10.0, system 20.0, softirq 1.0, other 0.0, idle 5.0; of it the proxy's user 7.0, system 9.5" {
+		t.Errorf("printed %q", got)
+	}
+	if _, err := parseGuestCPU("intr 1 2 3\n"); err == nil {
+		t.Error("a /proc/stat without a cpu line parsed")
+	}
+}

@@ -90,6 +90,9 @@ func (r *report) markdown() string {
 	row("start → kernel complete (s)", "%.1f (the IPVS read that showed it took %.1f; the read before, incomplete, ended at: %s)",
 		r.Programmed.Seconds, r.Programmed.ReadSeconds, prev)
 	row("start → every set's entries (s)", "%.1f", r.Programmed.SetsSeconds)
+	if a := r.Programmed.AtReady; a != nil {
+		row("CPU from the launch until /readyz was seen 200 (s; polled every 2 s)", "%s", a)
+	}
 	row("proxy CPU until complete (s)", "%.0f", r.AtProgrammed.CPUSeconds)
 	row("proxy RSS at complete / peak so far (MB)", "%d / %d", r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024)
 	row("proxy heap in use at complete (MB)", "%.0f", r.HeapInuseAtProgrammedMB)

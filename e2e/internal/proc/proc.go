@@ -69,6 +69,8 @@ func (p *Process) Stop(grace time.Duration) {
 // Usage is what the process has consumed so far.
 type Usage struct {
 	CPUSeconds      float64 `json:"cpuSeconds"`             // its own utime+stime
+	UserSeconds     float64 `json:"userSeconds"`            // utime alone
+	SystemSeconds   float64 `json:"systemSeconds"`          // stime alone: the kernel's work for its system calls
 	CPUWithChildren float64 `json:"cpuWithChildrenSeconds"` // plus its waited-for children's (iptables, ipset)
 	RSSKB           int     `json:"rssKB"`                  // VmRSS now
 	HWMKB           int     `json:"hwmKB"`                  // VmHWM: peak resident set, the process alone
@@ -91,7 +93,7 @@ func (p *Process) Usage() (Usage, error) {
 	}
 	tick := func(i int) float64 { v, _ := strconv.ParseFloat(f[i], 64); return v / clockTicks }
 	// utime, stime, cutime, cstime are fields 14–17 of stat: 11–14 here.
-	u := Usage{CPUSeconds: tick(11) + tick(12)}
+	u := Usage{CPUSeconds: tick(11) + tick(12), UserSeconds: tick(11), SystemSeconds: tick(12)}
 	u.CPUWithChildren = u.CPUSeconds + tick(13) + tick(14)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
