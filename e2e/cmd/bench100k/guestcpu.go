@@ -53,6 +53,17 @@ func readGuestCPU() (guestCPU, error) {
 	return parseGuestCPU(string(data))
 }
 
+// guestCPUAtLaunch is the guest's CPU before the proxy's launch; nil
+// (no split until ready is reported) when /proc/stat cannot be read.
+func guestCPUAtLaunch() *guestCPU {
+	g, err := readGuestCPU()
+	if err != nil {
+		logf("no CPU split until ready: %v", err)
+		return nil
+	}
+	return &g
+}
+
 func (g guestCPU) minus(o guestCPU) guestCPU {
 	return guestCPU{User: g.User - o.User, System: g.System - o.System, Idle: g.Idle - o.Idle,
 		SoftIRQ: g.SoftIRQ - o.SoftIRQ, Other: g.Other - o.Other}

@@ -218,10 +218,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	r.Commit = proxyVersion(c.ipvsproxy)
 	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
 	r.ProxyArgs = strings.Join(args, " ")
-	launchCPU, cpuErr := readGuestCPU()
-	if cpuErr != nil {
-		logf("no CPU split until ready: %v", cpuErr)
-	}
+	launched := guestCPUAtLaunch()
 	begin := time.Now()
 	logPath := filepath.Join(c.results, "ipvsproxy.log")
 	proxy, err := proc.Start("ipvsproxy", "bench100k", c.ipvsproxy, args, logPath)
@@ -248,10 +245,6 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		}
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
-	var launched *guestCPU
-	if cpuErr == nil {
-		launched = &launchCPU
-	}
 	prog, err := waitProgrammed(c, w, proxy, begin, launched, func() bool { return start.readyAt() >= 0 })
 	r.Programmed = prog
 	if err != nil {

@@ -126,8 +126,7 @@ func waitProgrammed(c *config, w *workload, proxy *proc.Process, begin time.Time
 }
 
 // cpuUntilReady is the guest's and the proxy's CPU since the launch;
-// nil when /proc/stat cannot be read (the launch's reading, the guest's
-// and the proxy's, is nil then too).
+// nil when /proc/stat cannot be read now.
 func cpuUntilReady(proxy *proc.Process, begin time.Time, launch guestCPU) *cpuSplit {
 	now, err := readGuestCPU()
 	if err != nil {
