@@ -29,6 +29,8 @@
 #   E2E_RAISE_MAP_COUNT=1      past 5,000 services, raise the host's vm.max_map_count for
 #                              the run (root; restored after; see ensure_map_count in lib.sh)
 #   E2E_IPVSPROXY=PATH         ipvsproxy binary (default bin/ipvsproxy)
+#   E2E_PROFILE=1              sample the guest from the host with perf (e2e/sandbox/uml-profile):
+#                              profile.txt names the guest kernel's and the programs' functions
 # Results: e2e/out/bench-DATE/ (bench-table.md, bench-N-PROXY.json, each
 # proxy's log, the API server's), also linked as e2e/out/bench-latest.
 set -euo pipefail
@@ -72,8 +74,9 @@ export E2E_CTL=$repo/bin/e2ectl
 export E2E_RESULTS; E2E_RESULTS=$(new_results bench)
 
 stage "sandbox: boot + apiserver + benchmark (N = $sizes)"
+uml_runner "$ipvsproxy" "$repo/bin/e2e-bench"
 set +e
-(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "$mem" -- \
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "${runner[@]}" --timeout "$timeout" --mem "$mem" -- \
   "$e2e/guest/cluster.sh" "$repo/bin/e2e-bench" "${args[@]}")
 rc=$?
 set -e

@@ -16,6 +16,8 @@
 #                             to one per 4 KiB of guest memory for the run (root; restored after;
 #                             BENCH100K_RAISE_MAP_COUNT=1 is the old name)
 #   E2E_IPVSPROXY=PATH        ipvsproxy binary (default: bin/ipvsproxy, built now)
+#   E2E_PROFILE=1             sample the guest from the host with perf (e2e/sandbox/uml-profile):
+#                             profile.txt names the guest kernel's and the programs' functions
 # The cluster also holds default/kubernetes and kube-system/kube-dns, listed
 # after the generated services; summary.md's "Start-up" table times them
 # (issue 20). Without E2E_IPVSPROXY, bin/ipvsproxy is built from the
@@ -64,9 +66,10 @@ export E2E_RESULTS; E2E_RESULTS=$(new_results bench100k)
 ( while :; do echo "$(date +%T) $(cat /proc/loadavg)"; sleep 60; done ) > "$E2E_RESULTS/host-load.txt" &
 load_pid=$!
 stage "sandbox (N = $n, --mem $mem)"
+uml_runner "$ipvsproxy" "$repo/bin/e2e-bench100k"
 set +e
 # shellcheck disable=SC2086 # BENCH100K_ARGS is a list of flags
-(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "$e2e/sandbox/uml-run" --timeout "$timeout" --mem "$mem" -- \
+(cd "$repo" && UML_OUT=$E2E_RESULTS UML_FOLLOW=1 "${runner[@]}" --timeout "$timeout" --mem "$mem" -- \
   "$repo/bin/e2e-bench100k" --n "$n" --ipvsproxy "$ipvsproxy" --results "$E2E_RESULTS" ${BENCH100K_ARGS:-})
 rc=$?
 set -e

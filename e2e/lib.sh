@@ -23,6 +23,18 @@ declare -A pkg_of=(
   [make]=build-essential [flex]=flex [bison]=bison [bc]=bc [xz]=xz-utils
 )
 
+# uml_runner BINARY...: sets the array `runner` to the sandbox's runner:
+# uml-run, or with E2E_PROFILE=1 uml-profile, which samples the guest
+# from the host with perf and names the functions of the guest kernel and
+# of each BINARY (profile.txt in the results; e2e/sandbox/uml-profile).
+uml_runner() {
+  runner=("$e2e/sandbox/uml-run")
+  if [ "${E2E_PROFILE:-0}" = 1 ]; then
+    runner=("$e2e/sandbox/uml-profile")
+    for b in "$@"; do runner+=(--binary "$b"); done
+  fi
+}
+
 install_packages() {
   local missing=()
   for c in "${!pkg_of[@]}"; do
