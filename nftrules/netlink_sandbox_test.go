@@ -24,7 +24,7 @@ const sandboxNodeNS = "nftrules-test"
 
 // sandboxNetns makes a fresh network namespace and returns the options
 // that program it and a function listing its table with the real nft.
-func sandboxNetns(t *testing.T) ([]nftables.ConnOption, func() string) {
+func sandboxNetns(t testing.TB) ([]nftables.ConnOption, func() string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	const ns = sandboxNodeNS
