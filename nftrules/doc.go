@@ -23,7 +23,9 @@
 //   - ipsets.go: IPSets, the table's sets as ipset.Interface for the
 //     engine's owned.Kernel;
 //   - netlink_linux.go and netlink_read_linux.go: transactions to and
-//     reads from the kernel; fakekernel.go: transactions to an
+//     reads from the kernel; elembatch_linux.go: element transactions,
+//     the hot path, encoded here and written on internal/nlconn (one
+//     send, one receive) instead of through google/nftables; fakekernel.go: transactions to an
 //     in-memory nf_tables that refuses what the kernel refuses, with its
 //     errno; fakeread.go: its read-back, as the kernel dumps it;
 //     fake.go: Fake, whose String is `nft list table inet ipvsproxy`.

@@ -7,6 +7,9 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 )
 
 // Netlink is the nftables backend on the kernel: each transaction is one
@@ -44,6 +47,21 @@ type netlinkBackend struct {
 	opts []nftables.ConnOption
 	name string         // the table: TableName, or probeTable for Probe
 	conn *nftables.Conn // nil until used, and after a failure
+	// elems writes element transactions (elembatch_linux.go says why not
+	// through conn); nil until used. dialElems opens it: dialElements,
+	// or a scripted kernel in tests.
+	elems     *nlconn.Conn
+	dialElems func() (*nlconn.Conn, error)
+}
+
+// dialElements opens the element writer's socket in the network
+// namespace the options name (nftables.WithNetNSFd), as conn's.
+func (b *netlinkBackend) dialElements() (*nlconn.Conn, error) {
+	var cc nftables.Conn
+	for _, o := range b.opts {
+		o(&cc)
+	}
+	return nlconn.Dial(nlconn.Config{Protocol: unix.NETLINK_NETFILTER, NetNS: cc.NetNS})
 }
 
 // connection returns the lasting Conn, dialling it when there is none.
@@ -69,8 +87,12 @@ func (b *netlinkBackend) discard() {
 	}
 }
 
-// commit sends ops as one batch.
+// commit sends ops as one batch: element writes alone on the element
+// writer, anything else through google/nftables.
 func (b *netlinkBackend) commit(ops []op) error {
+	if elems, ok := elementOps(ops); ok {
+		return b.commitElements(elems)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	conn, err := b.connection()
@@ -89,6 +111,23 @@ func (b *netlinkBackend) commit(ops []op) error {
 		return err
 	}
 	return nil
+}
+
+func (b *netlinkBackend) commitElements(ops []elemOp) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.elems == nil {
+		dial := b.dialElems
+		if dial == nil {
+			dial = b.dialElements
+		}
+		c, err := dial()
+		if err != nil {
+			return fmt.Errorf("nftables: %w", err)
+		}
+		b.elems = c
+	}
+	return b.elems.ExecuteBatch(elementBatch(b.name, ops))
 }
 
 // elements dumps a set's elements.
@@ -150,6 +189,10 @@ func (b *netlinkBackend) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.discard()
+	if b.elems != nil {
+		_ = b.elems.Close()
+		b.elems = nil
+	}
 }
 
 func queue(conn *nftables.Conn, table *nftables.Table, o op) error {

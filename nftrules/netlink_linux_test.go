@@ -6,12 +6,16 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
+	"github.com/ipvsproxy/ipvsproxy/internal/nlconn/nlconntest"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
@@ -25,6 +29,7 @@ type recorder struct {
 	batches [][]netlink.Message
 	refuse  map[int]unix.Errno
 	reads   int
+	replies [][]byte // to the element writer's batches, not yet read
 }
 
 func (r *recorder) dial(req []netlink.Message) ([]netlink.Message, error) {
@@ -57,12 +62,54 @@ func msgTypes(t *testing.T, batch []netlink.Message) map[int]int {
 	return out
 }
 
+// The recorder is the element writer's socket too (nlconn.Socket): an
+// element batch is kept in the same list and refused the same way, its
+// refusal an error on its first message, its commit acknowledged on the
+// batch's end, as nfnetlink answers.
+func (r *recorder) Send(b []byte) error {
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		return err
+	}
+	var batch []netlink.Message
+	for _, m := range msgs {
+		h := m.Header
+		batch = append(batch, netlink.Message{
+			Header: netlink.Header{Length: h.Len, Type: netlink.HeaderType(h.Type), Flags: netlink.HeaderFlags(h.Flags), Sequence: h.Seq, PID: h.Pid},
+			Data:   m.Data,
+		})
+	}
+	r.batches = append(r.batches, batch)
+	last := batch[len(batch)-1].Header
+	switch errno := r.refuse[len(r.batches)-1]; {
+	case errno != 0:
+		r.replies = append(r.replies, nlconntest.Ack(batch[0].Header.Sequence, errno))
+	case last.Flags&netlink.Acknowledge != 0:
+		r.replies = append(r.replies, nlconntest.Ack(last.Sequence, 0))
+	}
+	return nil
+}
+
+func (r *recorder) Recv(b []byte) (int, error) {
+	if len(r.replies) == 0 {
+		return 0, unix.EAGAIN
+	}
+	n := copy(b, r.replies[0])
+	r.replies = r.replies[1:]
+	return n, nil
+}
+
+func (r *recorder) Close() error { return nil }
+
 func newRecorded(t *testing.T, cfg Config) (*Netlink, *recorder) {
 	t.Helper()
 	r := &recorder{}
 	n, err := New(cfg, nftables.WithTestDial(r.dial))
 	if err != nil {
 		t.Fatal(err)
+	}
+	n.nl.dialElems = func() (*nlconn.Conn, error) {
+		return nlconn.NewConn(nlconn.Config{Timeout: time.Second}, func() (nlconn.Socket, error) { return r, nil }), nil
 	}
 	return n, r
 }
@@ -160,7 +207,7 @@ func TestNetlinkRuleNamesSetAndChain(t *testing.T) {
 	}
 }
 
-// The kernel's errno reaches the writer through google/nftables, so a
+// The kernel's errno reaches the writer, so a
 // delete batch refused for one absent element (ENOENT) is retried element
 // by element, and a refused add is reported with its errno.
 func TestNetlinkErrnoReachesTheWriter(t *testing.T) {
@@ -217,5 +264,48 @@ func TestProbe(t *testing.T) {
 	r = &recorder{refuse: map[int]unix.Errno{0: unix.EPERM}}
 	if err := Probe(nftables.WithTestDial(r.dial)); err == nil || errors.Is(err, ErrUnsupported) {
 		t.Errorf("EPERM: %v, want a plain error", err)
+	}
+}
+
+// An element transaction is written by the element writer as nft writes
+// it: one batch, begin and end naming the nf_tables subsystem, the
+// elements' messages for the inet family without an acknowledgement of
+// their own (NEWSETELEM with NLM_F_CREATE and without NLM_F_EXCL), and
+// the end asking for the one acknowledgement, sent after the commit.
+func TestNetlinkElementBatchShape(t *testing.T) {
+	n, r := newRecorded(t, DefaultConfig(true, false))
+	entries := []ipset.Entry{ipPort("10.96.0.1", "tcp", 443), ipPort("10.96.0.2", "udp", 53)}
+	if err := n.AddElements(owned.SetClusterIP, entries...); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteElements(owned.SetClusterIP, entries...); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.batches) != 2 || r.reads != 0 {
+		t.Fatalf("%d batches and %d reads, want 2 and none", len(r.batches), r.reads)
+	}
+	for i, want := range []int{unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM} {
+		b := r.batches[i]
+		if got := msgTypes(t, b); got[want] != 1 || len(got) != 1 {
+			t.Errorf("batch %d: messages %v, want one of type %d", i, got, want)
+		}
+		begin, msg, end := b[0], b[1], b[2]
+		for _, m := range []netlink.Message{begin, end} {
+			if !bytes.Equal(m.Data[:4], []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}) {
+				t.Errorf("batch %d: marker's nfgenmsg % x", i, m.Data[:4])
+			}
+		}
+		if msg.Data[0] != unix.NFPROTO_INET || msg.Header.Flags&netlink.Acknowledge != 0 || end.Header.Flags&netlink.Acknowledge == 0 {
+			t.Errorf("batch %d: family %d, message flags %v, end flags %v", i, msg.Data[0], msg.Header.Flags, end.Header.Flags)
+		}
+		create := msg.Header.Flags&netlink.Create != 0
+		if create != (want == unix.NFT_MSG_NEWSETELEM) || msg.Header.Flags&netlink.Excl != 0 {
+			t.Errorf("batch %d: flags %v", i, msg.Header.Flags)
+		}
+		for _, name := range []string{TableName + "\x00", "cluster-ip-v4\x00"} {
+			if !bytes.Contains(msg.Data, []byte(name)) {
+				t.Errorf("batch %d does not name %q", i, name)
+			}
+		}
 	}
 }

@@ -49,6 +49,10 @@ type Config struct {
 	// index). Kernels without it (before 4.20) ignore the option; callers
 	// filter what comes back anyway.
 	StrictCheck bool
+	// NetNS is the file descriptor of the network namespace the sockets
+	// are opened in (a socket stays in the namespace it was made in);
+	// 0 is the process's own.
+	NetNS int
 }
 
 // Handler gets one reply message: its netlink type and its payload (after
@@ -218,16 +222,17 @@ func giveUp(err error, attempts int) error {
 
 // exchange is one request and its replies on s.
 func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler, report ErrorReport) error {
-	if s.sock == nil {
-		sock, err := c.dial()
-		if err != nil {
-			return err
-		}
-		s.sock = sock
+	if err := c.ensureSocket(s); err != nil {
+		return err
 	}
 	seq := c.seq.Add(1)
 	req.Seq = seq
-	b := req.Serialize()
+	return c.exchangeBytes(s, req.Serialize(), seq, f, report)
+}
+
+// exchangeBytes sends b, messages numbered seq, on s (dialled) and
+// reads their replies.
+func (c *Conn) exchangeBytes(s *session, b []byte, seq uint32, f Handler, report ErrorReport) error {
 	err := s.sock.Send(b)
 	for errors.Is(err, unix.EINTR) {
 		err = s.sock.Send(b)
@@ -258,6 +263,19 @@ func (c *Conn) exchange(s *session, req *nl.NetlinkRequest, f Handler, report Er
 		_ = s.drop()
 	}
 	return r.err
+}
+
+// ensureSocket dials s's socket when it has none.
+func (c *Conn) ensureSocket(s *session) error {
+	if s.sock != nil {
+		return nil
+	}
+	sock, err := c.dial()
+	if err != nil {
+		return err
+	}
+	s.sock = sock
+	return nil
 }
 
 // reply follows the messages answering one request.

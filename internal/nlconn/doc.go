@@ -4,7 +4,9 @@
 // with. Many writes can share a round trip (ExecutePipelined: up to
 // MaxPipelined requests in one send, their acknowledgements read by
 // recvmmsg, each message's outcome by its sequence number; see
-// pipeline_linux.go for what the kernel does with such a send).
+// pipeline_linux.go for what the kernel does with such a send). An
+// nfnetlink transaction, applied whole (nftrules' set elements), is one
+// send and one acknowledgement (ExecuteBatch).
 //
 // A full pass on a large node dumps 100,000 virtual servers, a million
 // real servers and sets of as many entries. The libraries the adapters

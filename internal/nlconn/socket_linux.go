@@ -3,6 +3,7 @@ package nlconn
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +29,7 @@ type mmsghdr struct {
 }
 
 func dialFD(cfg Config) (Socket, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, cfg.Protocol)
+	fd, err := openSocket(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink socket: %w", err)
 	}
@@ -55,6 +56,35 @@ func dialFD(cfg Config) (Socket, error) {
 	}
 	rcvBuf, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
 	return &fdSocket{fd: fd, rcvBuf: rcvBuf}, nil
+}
+
+// openSocket makes the netlink socket, in cfg.NetNS when set: the
+// calling thread enters the namespace for the one system call and
+// leaves it again; a thread that could not leave is never reused (it
+// ends with the goroutine locked to it).
+func openSocket(cfg Config) (int, error) {
+	open := func() (int, error) {
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, cfg.Protocol)
+	}
+	if cfg.NetNS == 0 {
+		return open()
+	}
+	runtime.LockOSThread()
+	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return -1, fmt.Errorf("read this thread's network namespace: %w", err)
+	}
+	defer unix.Close(own)
+	if err := unix.Setns(cfg.NetNS, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return -1, fmt.Errorf("enter network namespace: %w", err)
+	}
+	fd, err := open()
+	if unix.Setns(own, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	return fd, err
 }
 
 // RcvBufSize is the receive buffer the kernel charges queued replies
