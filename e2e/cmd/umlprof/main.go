@@ -75,7 +75,7 @@ func run(w io.Writer, perfData, kallsyms, kernel string, bins []string, top int,
 		}
 		progs = append(progs, st)
 	}
-	cmd := exec.Command("perf", "script", "-i", perfData, "-F", "time,ip,sym,dso")
+	cmd := exec.Command("perf", "script", "-i", perfData, "-F", "pid,time,ip,sym,dso")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -118,42 +118,66 @@ type profile struct {
 	progs  []*symtab
 	kernel string
 	win    window
+	hosts  map[int]*hostProc
 	total  int
 	n      [parts]int
 	funcs  [parts]map[string]int
 }
 
 func newProfile(ks *symtab, progs []*symtab, kernel string) *profile {
-	p := &profile{ks: ks, progs: progs, kernel: kernel}
+	p := &profile{ks: ks, progs: progs, kernel: kernel, hosts: map[int]*hostProc{}}
 	for i := range p.funcs {
 		p.funcs[i] = map[string]int{}
 	}
 	return p
 }
 
-// add counts one `perf script -F time,ip,sym,dso` line:
-// "SECONDS.MICROS: ADDR SYMBOL (DSO)", the time since the epoch; perf
-// names the host kernel's symbols, the guest's are named here.
+// add counts one `perf script -F pid,time,ip,sym,dso` line:
+// "PID SECONDS.MICROS: ADDR SYMBOL (DSO)", the time since the epoch;
+// perf names the host kernel's symbols, the guest's are named here.
 func (p *profile) add(line string) {
 	f := strings.Fields(line)
-	if len(f) < 3 {
+	if len(f) < 4 {
 		return
 	}
-	at, err := strconv.ParseFloat(strings.TrimSuffix(f[0], ":"), 64)
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return
+	}
+	at, err := strconv.ParseFloat(strings.TrimSuffix(f[1], ":"), 64)
 	if err != nil || !p.win.holds(at) {
 		return
 	}
-	ip, err := strconv.ParseUint(f[1], 16, 64)
+	ip, err := strconv.ParseUint(f[2], 16, 64)
 	if err != nil {
 		return
 	}
 	dso := strings.Trim(f[len(f)-1], "()")
-	sym := strings.Join(f[2:len(f)-1], " ")
+	sym := strings.Join(f[3:len(f)-1], " ")
 	pt, name := p.classify(ip, sym, dso)
 	p.total++
 	p.n[pt]++
 	p.funcs[pt][name]++
+	h := p.hosts[pid]
+	if h == nil {
+		h = &hostProc{pid: pid, funcs: map[string]int{}}
+		p.hosts[pid] = h
+	}
+	h.n[pt]++
+	if pt == guestUser {
+		h.funcs[name]++
+	}
 }
+
+// hostProc is one host process of the guest: the guest kernel's, or one
+// per guest address space (a guest program, threads and all).
+type hostProc struct {
+	pid   int
+	n     [parts]int
+	funcs map[string]int // guest-user samples by function
+}
+
+func (h *hostProc) total() int { return h.n[guestKernel] + h.n[guestUser] + h.n[hostKernel] }
 
 func (p *profile) classify(ip uint64, sym, dso string) (part, string) {
 	switch {
@@ -183,6 +207,7 @@ func (p *profile) write(w io.Writer, top int) {
 	for pt := range parts {
 		fmt.Fprintf(w, "%6.1f%%  %s\n", pct(p.n[pt]), partNames[pt])
 	}
+	p.writeHosts(w, pct)
 	for pt := range parts {
 		if p.n[pt] == 0 {
 			continue
@@ -204,6 +229,54 @@ func (p *profile) write(w io.Writer, top int) {
 			fmt.Fprintf(w, "%6.1f%%  %s\n", pct(f.n), f.name)
 		}
 	}
+}
+
+// writeHosts lists the host processes by their share, with each one's
+// busiest guest function: user-mode Linux runs the guest kernel in one
+// host process and each guest address space in another, so this tells
+// the proxy from the API server though every Go program's functions sit
+// at the same addresses (a --binary names each sample by the first
+// binary with a function there; the process's top functions say which
+// program it is). Processes under 1 % are summed.
+func (p *profile) writeHosts(w io.Writer, pct func(int) float64) {
+	hosts := make([]*hostProc, 0, len(p.hosts))
+	for _, h := range p.hosts {
+		hosts = append(hosts, h)
+	}
+	sort.Slice(hosts, func(i, j int) bool {
+		return hosts[i].total() > hosts[j].total() || hosts[i].total() == hosts[j].total() && hosts[i].pid < hosts[j].pid
+	})
+	fmt.Fprintf(w, "\nby host process (guest kernel / guest program / host kernel), its busiest guest functions:\n")
+	rest := 0
+	for _, h := range hosts {
+		if pct(h.total()) < 1 {
+			rest += h.total()
+			continue
+		}
+		fmt.Fprintf(w, "%6.1f%%  pid %d (%.1f / %.1f / %.1f)%s\n", pct(h.total()), h.pid,
+			pct(h.n[guestKernel]), pct(h.n[guestUser]), pct(h.n[hostKernel]), topNames(h.funcs, 3))
+	}
+	if rest > 0 {
+		fmt.Fprintf(w, "%6.1f%%  other processes\n", pct(rest))
+	}
+}
+
+// topNames is "  a, b, c": the n busiest names of funcs.
+func topNames(funcs map[string]int, n int) string {
+	names := make([]string, 0, len(funcs))
+	for name := range funcs {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return funcs[names[i]] > funcs[names[j]] || funcs[names[i]] == funcs[names[j]] && names[i] < names[j]
+	})
+	if len(names) > n {
+		names = names[:n]
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "  " + strings.Join(names, ", ")
 }
 
 // window keeps the samples between two UTC times of day, as seconds

@@ -35,15 +35,15 @@ func TestReportNamesGuestKernelFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
-		"1764823001.000001: 60002010 [unknown] (/cache/uml/linux)",
-		"1764823001.1: 60002fff [unknown] ([unknown])",
-		"1764823001.2: 60003800 [unknown] ([unknown])", // data symbols are skipped: still nf_tables_commit
-		"1764823001.3: 60004010 [unknown] ([unknown])",
-		"1764823001.4: 60001004 [unknown] (/cache/uml/linux)",
-		"1764823001.5: ffffffff813ae493 finish_task_switch.isra.0 ([kernel.kallsyms])",
-		"1764823002.4: 4a2b10 [unknown] ([unknown])",
-		"1764823000.9: 60001004 [unknown] (/cache/uml/linux)", // before the window
-		"1764823002.6: 60001004 [unknown] (/cache/uml/linux)", // after it
+		"100 1764823001.000001: 60002010 [unknown] (/cache/uml/linux)",
+		"100 1764823001.1: 60002fff [unknown] ([unknown])",
+		"100 1764823001.2: 60003800 [unknown] ([unknown])", // data symbols are skipped: still nf_tables_commit
+		"100 1764823001.3: 60004010 [unknown] ([unknown])",
+		"100 1764823001.4: 60001004 [unknown] (/cache/uml/linux)",
+		"200 1764823001.5: ffffffff813ae493 finish_task_switch.isra.0 ([kernel.kallsyms])",
+		"200 1764823002.4: 4a2b10 [unknown] ([unknown])",
+		"100 1764823000.9: 60001004 [unknown] (/cache/uml/linux)", // before the window
+		"100 1764823002.6: 60001004 [unknown] (/cache/uml/linux)", // after it
 		"garbage",
 	} {
 		p.add(line)
@@ -61,6 +61,8 @@ func TestReportNamesGuestKernelFunctions(t *testing.T) {
 		" 14.3%  do_syscall",
 		" 14.3%  [unknown]",
 		" 14.3%  finish_task_switch.isra.0",
+		" 71.4%  pid 100 (71.4 / 0.0 / 0.0)",
+		" 28.6%  pid 200 (0.0 / 14.3 / 14.3)  [unknown]",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
