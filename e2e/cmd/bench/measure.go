@@ -81,6 +81,10 @@ func measureRun(ctx context.Context, c *config, w *workload, p proxySpec, all []
 	if err := cleanNode(all, logf); err != nil {
 		return fmt.Errorf("clean node: %v", err)
 	}
+	if d := trashWait(lastIPVSWipe, time.Now()); p.ipvs && d > 0 {
+		logf("%s: waiting %v for the kernel to free the real servers the cleanup deleted (IPVS's destination trash)", p.name, d.Round(time.Second))
+		time.Sleep(d)
+	}
 	v, err := p.view(w, c.nodeIP)
 	if err != nil {
 		return err

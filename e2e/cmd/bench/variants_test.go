@@ -123,6 +123,13 @@ func TestProxyVariantsFromFlags(t *testing.T) {
 	if !slices.Equal(all[2].args[:1], []string{"--proxy-mode=nftables"}) || !slices.Equal(all[3].cleanup, []string{"--cleanup", "--proxy-mode=ipvs"}) {
 		t.Errorf("kube-proxy: %v %v", all[2].args, all[3].cleanup)
 	}
+	// Every proxy but kube-proxy's nftables mode programs IPVS, so waits
+	// for the destination trash an earlier cleanup left.
+	for i, want := range []bool{true, true, false, true} {
+		if all[i].ipvs != want {
+			t.Errorf("%s: ipvs %v, want %v", all[i].name, all[i].ipvs, want)
+		}
+	}
 
 	// Defaults: ipvsproxy with its iptables backend, kube-proxy's IPVS mode.
 	c, err = parseFlags([]string{"--kubeconfig", "kc", "--node", "n1", "--results", "r", "--ipvsproxy", "p"})
@@ -245,5 +252,25 @@ func TestRenderTableFourProxies(t *testing.T) {
 	md = renderTable(1000, &workload{}, 50, 16, []*result{res[1], res[2]})
 	if !strings.Contains(md, "| measure | ipvsproxy-nftables | kube-proxy-nftables | kube-proxy-nftables ÷ ipvsproxy-nftables |\n") {
 		t.Errorf("two nftables proxies:\n%s", md)
+	}
+}
+
+// A proxy that programs IPVS starts destTrashDrain after the last
+// cleanup that deleted virtual servers; none before the first.
+func TestTrashWait(t *testing.T) {
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		wiped time.Time
+		want  time.Duration
+	}{
+		{time.Time{}, 0},
+		{now, destTrashDrain},
+		{now.Add(-time.Minute), destTrashDrain - time.Minute},
+		{now.Add(-destTrashDrain), 0},
+		{now.Add(-time.Hour), 0},
+	} {
+		if got := trashWait(tc.wiped, now); got != tc.want {
+			t.Errorf("wiped %v before: wait %v, want %v", now.Sub(tc.wiped), got, tc.want)
+		}
 	}
 }
