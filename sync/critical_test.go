@@ -101,6 +101,39 @@ func TestKeyQueueOrder(t *testing.T) {
 	}
 }
 
+// TestCriticalFirstInABatch: the keys a batch took from the queue while
+// the informers kept queueing — a critical key queued mid-drain comes out
+// behind the keys taken before it — are synced critical first, each part
+// in the queue's order; a batch already in that order is kept as it is.
+func TestCriticalFirstInABatch(t *testing.T) {
+	crit := func(k string) bool { return strings.HasPrefix(k, "c") }
+	got := criticalFirst([]string{"a", "b", "c1", "d", "c2"}, crit)
+	if want := []string{"c1", "c2", "a", "b", "d"}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+	inOrder := []string{"c1", "a", "b"}
+	if got := criticalFirst(inOrder, crit); &got[0] != &inOrder[0] {
+		t.Errorf("a batch in order was copied")
+	}
+	// Drained through the real queue while a critical key is queued
+	// between two Gets, as the informers do during a long drain.
+	q := newKeyQueue(crit)
+	wq := newRunnerQueue(q, clock.RealClock{})
+	wq.Add("a")
+	wq.Add("b")
+	var keys []string
+	for i := 0; wq.Len() > 0; i++ {
+		k, _ := wq.Get()
+		keys = append(keys, k)
+		if i == 0 {
+			wq.Add("c1")
+		}
+	}
+	if got, want := criticalFirst(keys, crit), []string{"c1", "a", "b"}; !slices.Equal(keys, []string{"a", "c1", "b"}) || !slices.Equal(got, want) {
+		t.Errorf("drained %v, reordered %v; want a, c1, b then %v", keys, got, want)
+	}
+}
+
 // startHarness is a runner fed through the tracker's handlers, with the
 // informers' transform applied, and the order of the kernel's virtual
 // and real server adds.

@@ -91,3 +91,29 @@ func (q *keyQueue) Pop() string {
 // criticalWaiting reports whether a critical key waits: the sync loop
 // asks between two services of a batch.
 func (q *keyQueue) criticalWaiting() bool { return q.waiting.Load() > 0 }
+
+// criticalFirst returns keys with the critical ones first, each part in
+// its order; keys itself when no critical key follows an ordinary one
+// (the queue hands them out that way unless one was queued while a
+// batch was being taken).
+func criticalFirst(keys []string, critical func(string) bool) []string {
+	isCrit := make([]bool, len(keys))
+	ordinary, behind := false, false
+	for i, k := range keys {
+		isCrit[i] = critical(k)
+		behind = behind || isCrit[i] && ordinary
+		ordinary = ordinary || !isCrit[i]
+	}
+	if !behind {
+		return keys
+	}
+	out := make([]string, 0, len(keys))
+	for _, first := range []bool{true, false} {
+		for i, k := range keys {
+			if isCrit[i] == first {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
