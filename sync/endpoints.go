@@ -23,10 +23,22 @@ type endpoint struct {
 	ready       bool
 	serving     bool
 	terminating bool
-	zones       []string // hints.forZones
-	nodes       []string // hints.forNodes
-	hinted      bool     // the slice gave hints for this endpoint
-	zone, node  string   // where it runs, when the slice says: for AnnotationWeights
+	// hints are the slice's topology hints for this endpoint, nil when it
+	// gave none; shared with the informer's cache, never written. Kept by
+	// reference: a copy of their names made every endpoint 48 bytes larger
+	// and collectEndpoints is a large share of a service build's garbage.
+	hints      *discovery.EndpointHints
+	zone, node string // where it runs, when the slice says: for AnnotationWeights
+}
+
+// forZone reports whether the endpoint's hints name zone.
+func (e endpoint) forZone(zone string) bool {
+	return e.hints != nil && slices.ContainsFunc(e.hints.ForZones, func(z discovery.ForZone) bool { return z.Name == zone })
+}
+
+// forNode reports whether the endpoint's hints name node.
+func (e endpoint) forNode(node string) bool {
+	return e.hints != nil && slices.ContainsFunc(e.hints.ForNodes, func(n discovery.ForNode) bool { return n.Name == node })
 }
 
 // collectEndpoints returns every usable endpoint of one service port in one
@@ -119,21 +131,13 @@ func toEndpoint(ep *ProxyEndpoint, port uint16, v6 bool, node string) (endpoint,
 		ready:       ep.Ready,
 		serving:     ep.Serving,
 		terminating: ep.Terminating,
+		hints:       ep.Hints,
 	}
 	if ep.Zone != nil {
 		e.zone = *ep.Zone
 	}
 	if ep.NodeName != nil {
 		e.node = *ep.NodeName
-	}
-	if h := ep.Hints; h != nil {
-		e.hinted = true
-		for _, z := range h.ForZones {
-			e.zones = append(e.zones, z.Name)
-		}
-		for _, n := range h.ForNodes {
-			e.nodes = append(e.nodes, n.Name)
-		}
 	}
 	return e, true
 }
@@ -142,6 +146,14 @@ func toEndpoint(ep *ProxyEndpoint, port uint16, v6 bool, node string) (endpoint,
 // when none is ready, the serving ones that are terminating, so a service
 // whose pods are all shutting down still answers while they drain.
 func usable(eps []endpoint, keep func(endpoint) bool) []endpoint {
+	if allReadyAndKept(eps, keep) {
+		// The common case, and the whole answer: eps itself, its capacity
+		// clipped so that an append elsewhere copies. Building a service
+		// calls this up to four times per port and family, and the copies
+		// were a twelfth of the proxy's garbage while it programmed 10,000
+		// services (heap profile of e2e/bench100k.sh, docs/benchmarks.md).
+		return eps[:len(eps):len(eps)]
+	}
 	ready := make([]endpoint, 0, len(eps))
 	var terminating []endpoint
 	for _, e := range eps {
@@ -159,6 +171,17 @@ func usable(eps []endpoint, keep func(endpoint) bool) []endpoint {
 		return ready
 	}
 	return terminating
+}
+
+// allReadyAndKept reports whether usable would keep every one of eps:
+// all ready and all kept.
+func allReadyAndKept(eps []endpoint, keep func(endpoint) bool) bool {
+	for _, e := range eps {
+		if !e.ready || !keep(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // categorize splits a port's endpoints into those for cluster traffic
@@ -220,12 +243,12 @@ func topologyFilter(svc *v1.Service, eps []endpoint, cfg *Config) func(endpoint)
 		return all
 	}
 	for _, e := range eps {
-		if e.ready && !e.hinted {
+		if e.ready && e.hints == nil {
 			return all
 		}
 	}
 	if dist == v1.ServiceTrafficDistributionPreferSameNode {
-		forNode := func(e endpoint) bool { return slices.Contains(e.nodes, cfg.NodeName) }
+		forNode := func(e endpoint) bool { return e.forNode(cfg.NodeName) }
 		if anyReady(eps, forNode) {
 			return forNode
 		}
@@ -233,7 +256,7 @@ func topologyFilter(svc *v1.Service, eps []endpoint, cfg *Config) func(endpoint)
 	if cfg.Zone == "" {
 		return all
 	}
-	forZone := func(e endpoint) bool { return slices.Contains(e.zones, cfg.Zone) }
+	forZone := func(e endpoint) bool { return e.forZone(cfg.Zone) }
 	if anyReady(eps, forZone) {
 		return forZone
 	}
