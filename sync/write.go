@@ -309,7 +309,14 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 				got.Reals = append(got.Reals, rs)
 			}
 		},
-		func(rs ipvs.RealServer) { added = append(added, rs) },
+		func(rs ipvs.RealServer) {
+			if added == nil {
+				// At most every new one: one allocation, where growing
+				// from nil made five for a service of ten endpoints.
+				added = make([]ipvs.RealServer, 0, len(n.Reals))
+			}
+			added = append(added, rs)
+		},
 		func(ors, nrs ipvs.RealServer) {
 			if ors.Weight == nrs.Weight {
 				got.Reals = append(got.Reals, ors)
