@@ -25,8 +25,8 @@ type serviceBuilder struct {
 	externalIPs  []netip.Addr
 	lbIPs        []netip.Addr
 	sourceRanges []netip.Prefix
-	localEps     map[ipvs.RealKey]bool
-	programmed   map[bool]bool // IP families (v6?) with at least one port
+	localEps     map[ipvs.RealKey]bool // made at the first local endpoint: most services have none here
+	programmed   [2]bool               // the IP families with at least one port: [0] IPv4, [1] IPv6
 }
 
 func (b *serviceBuilder) problem(format string, args ...any) {
@@ -113,7 +113,7 @@ func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*Proxy
 		return
 	}
 	v6 := ip.Is6()
-	b.programmed[v6] = true
+	b.programmed[family(v6)] = true
 	port := uint16(sp.Port)
 	eps := collectEndpoints(slices, sp, v6, b.cfg.NodeName)
 	cluster, external, noLocalIn, noLocalEx := categorize(b.svc, eps, b.cfg)
@@ -121,6 +121,9 @@ func (b *serviceBuilder) port(ip netip.Addr, sp *v1.ServicePort, slices []*Proxy
 	b.out.NoLocalExternal = b.out.NoLocalExternal || noLocalEx
 	for _, e := range eps {
 		if e.local && (e.ready || e.serving && e.terminating) {
+			if b.localEps == nil {
+				b.localEps = map[ipvs.RealKey]bool{}
+			}
 			b.localEps[e.key] = true
 			b.entry(owned.SetLoopBack, v6, ipset.Entry{IP: e.key.Address, Protocol: proto.String(), Port: e.key.Port, IP2: e.key.Address})
 		}
@@ -267,4 +270,12 @@ func (b *serviceBuilder) bindUnlessHost(a netip.Addr) {
 
 func (b *serviceBuilder) entry(base string, v6 bool, e ipset.Entry) {
 	b.out.State.Entries = append(b.out.State.Entries, owned.SetEntry{Set: owned.SetName(base, v6), Entry: e})
+}
+
+// family indexes serviceBuilder.programmed: 0 for IPv4, 1 for IPv6.
+func family(v6 bool) int {
+	if v6 {
+		return 1
+	}
+	return 0
 }

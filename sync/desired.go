@@ -109,7 +109,7 @@ func Build(svc *v1.Service, slices []*ProxySlice, cfg *Config) Built {
 	if len(clusterIPs) == 0 || clusterIPs[0] == v1.ClusterIPNone {
 		return b // headless: DNS only, nothing for the proxy
 	}
-	sb := serviceBuilder{svc: svc, cfg: cfg, out: &b, localEps: map[ipvs.RealKey]bool{}, programmed: map[bool]bool{}}
+	sb := serviceBuilder{svc: svc, cfg: cfg, out: &b}
 	sb.sched, sb.flags, b.Problems = schedulerFor(svc, cfg.Scheduler, cfg.MissingSchedulers)
 	sb.affinity = affinityTimeout(svc)
 	sb.weights = sb.weightsFor()
@@ -132,8 +132,10 @@ func Build(svc *v1.Service, slices []*ProxySlice, cfg *Config) Built {
 		if p := svc.Spec.HealthCheckNodePort; p > 0 && p <= 65535 {
 			b.HealthCheckNodePort = uint16(p)
 			b.LocalEndpoints = len(sb.localEps)
-			for v6 := range sb.programmed {
-				sb.entry(owned.SetHealthCheckNodePort, v6, ipset.Entry{Port: uint16(p)})
+			for _, v6 := range []bool{false, true} {
+				if sb.programmed[family(v6)] {
+					sb.entry(owned.SetHealthCheckNodePort, v6, ipset.Entry{Port: uint16(p)})
+				}
 			}
 		}
 	}
