@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -229,5 +231,34 @@ func TestFullSyncPrunesStaleNodePortButNotForeignVS(t *testing.T) {
 	assertText(t, "ipvsadm -Sn", k.IPVS.String(), "-A -t 192.168.0.2:8443 -s wlc")
 	if k.ipsetEntries() != "" || len(k.Dummy.Addresses()) != 0 {
 		t.Errorf("leftovers: %s %v", k.ipsetEntries(), k.Dummy.Addresses())
+	}
+}
+
+// TestHealthCheckNodePortPerFamily: a dual-stack LoadBalancer Service with
+// externalTrafficPolicy=Local lists its health check node port in the set
+// of each family it is programmed in, and in no other.
+func TestHealthCheckNodePortPerFamily(t *testing.T) {
+	s := svc("default", "dual", "10.96.0.61", "http:80")
+	s.Spec.ClusterIPs = []string{"10.96.0.61", "fd00::61"}
+	s.Spec.Type = v1.ServiceTypeLoadBalancer
+	s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	s.Spec.HealthCheckNodePort = 32001
+	health := func(cfg Config) []string {
+		var sets []string
+		for _, e := range Build(s, nil, &cfg).State.Entries {
+			if strings.Contains(e.Set, "HEALTH-CHECK") {
+				sets = append(sets, fmt.Sprintf("%s %d", e.Set, e.Entry.Port))
+			}
+		}
+		return sets
+	}
+	cfg := nodeConfig()
+	cfg.IPv4, cfg.IPv6 = true, true
+	if got, want := strings.Join(health(cfg), "; "), "KUBE-6-HEALTH-CHECK-NODE-PORT 32001; KUBE-HEALTH-CHECK-NODE-PORT 32001"; got != want {
+		t.Errorf("dual stack: %s, want %s", got, want)
+	}
+	cfg.IPv6 = false
+	if got, want := strings.Join(health(cfg), "; "), "KUBE-HEALTH-CHECK-NODE-PORT 32001"; got != want {
+		t.Errorf("IPv4 only: %s, want %s", got, want)
 	}
 }
