@@ -30,7 +30,7 @@ func TestFloorReport(t *testing.T) {
 	} {
 		r := &report{Programmed: programmed{Seconds: c.seconds, PrevReadSeconds: c.prev}}
 		r.Floor.Phases = phases
-		r.Floor.finish(r.Programmed)
+		r.Floor.finish(r.Programmed, -1)
 		f := r.Floor
 		if f.Seconds != 10 || f.Objects != 1422 || f.PerSecond != 142.2 {
 			t.Errorf("sum: %.1f s, %d objects, %.1f/s; want 10 s, 1422, 142.2/s", f.Seconds, f.Objects, f.PerSecond)
@@ -82,5 +82,38 @@ func TestFloorSkippedOrFailed(t *testing.T) {
 	r.Floor = floorReport{Error: "capture: no IPVS"}
 	if err := measureFloor(nil, time.Now(), r); err == nil || err.Error() != "capture: no IPVS" {
 		t.Errorf("failed capture: %v", err)
+	}
+}
+
+// The proxy's Ready over the floor counts only when no IPVS read begun
+// after /readyz answered found the kernel incomplete.
+func TestFloorReportReady(t *testing.T) {
+	phases := []floorPhase{{Name: "real servers", Objects: 1000, Messages: 1000, Seconds: 2}}
+	for _, c := range []struct {
+		name  string
+		ready float64
+		prog  programmed
+		ratio float64
+		row   string
+	}{
+		{"confirmed, met", 3.6, programmed{Seconds: 16, PrevReadSeconds: -1, PrevReadBeganSeconds: -1}, 1.8,
+			"| /readyz first 200 / floor (the proxy's claim, checked by the IPVS reads after it) | 1.80× (3.6 s / 2.0 s): target ≤ 2× met |"},
+		{"confirmed, missed", 12.6, programmed{Seconds: 26.9, PrevReadSeconds: -1, PrevReadBeganSeconds: -1}, 6.3,
+			"6.30× (12.6 s / 2.0 s): target ≤ 2× MISSED |"},
+		{"too early", 3, programmed{Seconds: 30, PrevReadSeconds: 15, PrevReadBeganSeconds: 4}, 0,
+			"| not confirmed: TOO EARLY: the IPVS read of 4.0–15.0 s, begun after it, found the kernel incomplete |"},
+		{"never ready", -1, programmed{Seconds: 30, PrevReadSeconds: -1, PrevReadBeganSeconds: -1}, 0,
+			"| not confirmed: never answered 200 |"},
+	} {
+		r := &report{Programmed: c.prog}
+		r.Startup.ReadyzSeconds = c.ready
+		r.Floor.Phases = phases
+		r.Floor.finish(r.Programmed, c.ready)
+		if r.Floor.ReadyRatio != c.ratio {
+			t.Errorf("%s: ready ratio %.2f, want %.2f", c.name, r.Floor.ReadyRatio, c.ratio)
+		}
+		if md := r.markdown(); !strings.Contains(md, c.row) {
+			t.Errorf("%s: summary lacks %q:\n%s", c.name, c.row, md)
+		}
 	}
 }
