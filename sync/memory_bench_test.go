@@ -151,6 +151,34 @@ func BenchmarkInformerObjects(b *testing.B) {
 	}
 }
 
+// BenchmarkSliceDecode is what one 10-endpoint EndpointSlice costs the
+// informer to receive: client-go's generated protobuf decoder (decode)
+// and then StripForProxy's ProxySlice (decode+strip). It bounds what a
+// decoder writing ProxySlice straight from the wire could save: at 10,000
+// slices the decode is the whole of it, 10,000 times one op here
+// (docs/benchmarks.md, "what a direct decoder would save").
+func BenchmarkSliceDecode(b *testing.B) {
+	_, sliceWire := wireObjects(b)
+	strip := StripForProxy("this-node", CriticalServices{})
+	for _, stripped := range []bool{false, true} {
+		name := map[bool]string{false: "decode", true: "decode+strip"}[stripped]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sl := &discovery.EndpointSlice{}
+				if sl.Unmarshal(sliceWire) != nil {
+					b.Fatal("decoding the wire slice")
+				}
+				if stripped {
+					if _, err := strip(sl); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // wireObjects is one Service and its EndpointSlice in protobuf, as the
 // API server sends them.
 func wireObjects(tb testing.TB) (svcWire, sliceWire []byte) {
