@@ -250,7 +250,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if err != nil {
 		return err
 	}
-	atProgrammed(c, proxy, r)
+	steadyFrom := atProgrammed(c, proxy, r)
 	var failures []string
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
 		failures = append(failures, msg)
@@ -261,6 +261,10 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	go saveProfile(filepath.Join(c.results, "cpu-during-changes.pprof"), "profile?seconds=60")
 	if err := timeFullPasses(c, proxy, begin, r); err != nil {
 		failures = append(failures, err.Error())
+	}
+	if m, err := scrapeProxy(); err == nil {
+		r.Steady = steadyFrom.until(markSteady(proxy, m))
+		logf("steady: %s", r.Steady)
 	}
 	if msg := changes.finish(); msg != "" {
 		failures = append(failures, msg)
@@ -311,19 +315,22 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 }
 
 // atProgrammed keeps the proxy's usage, metrics and heap when the kernel
-// was found complete.
-func atProgrammed(c *config, proxy *proc.Process, r *report) {
+// was found complete, and returns the start of the steady interval.
+func atProgrammed(c *config, proxy *proc.Process, r *report) steadyMark {
 	r.AtProgrammed, _ = proxy.Usage()
 	r.Mem.AtProgrammed = readMeminfo()
+	var mark steadyMark // zero (not measured) without metrics
 	if m, err := scrapeProxy(); err == nil {
 		_ = os.WriteFile(filepath.Join(c.results, "metrics-at-programmed.txt"), []byte(m.Text), 0o644)
 		r.HeapInuseAtProgrammedMB = m.Get(heapInuse) / 1e6
 		r.Startup.MetricSeconds = metricSeconds(m)
+		mark = markSteady(proxy, m)
 	}
 	saveHeapProfile(filepath.Join(c.results, "heap-at-programmed.pprof"))
 	prog := r.Programmed
 	logf("PROGRAMMED after %.1fs (previous read at %.1fs): %v; proxy RSS %d MB (peak %d MB), CPU %.0fs",
 		prog.Seconds, prog.PrevReadSeconds, prog.IPVS, r.AtProgrammed.RSSKB/1024, r.AtProgrammed.HWMKB/1024, r.AtProgrammed.CPUSeconds)
+	return mark
 }
 
 // finalChecks holds the kernel against the workload once more after the

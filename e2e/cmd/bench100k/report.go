@@ -33,6 +33,7 @@ type report struct {
 	HeapInuseAtProgrammedMB float64     `json:"proxyHeapInuseAtProgrammedMB"`
 	FirstFullPassSeconds    float64     `json:"firstFullPassDoneSeconds"`
 	FullPasses              []fullPass  `json:"periodicFullPasses"`
+	Steady                  steadyCPU   `json:"steadyCpu"`
 	Sets                    []setInfo   `json:"sets"`
 	KubeIPVS0Addrs          int         `json:"kubeIpvs0Addresses"`
 	Traffic                 []vipResult `json:"traffic"`
@@ -100,6 +101,7 @@ func (r *report) markdown() string {
 	for i, fp := range r.FullPasses {
 		row(fmt.Sprintf("full pass after complete, %d (s)", i+1), "%.1f (mean of %d ended by %.0fs)", fp.Seconds, fp.Passes, fp.EndedSeconds)
 	}
+	row("proxy CPU on the programmed node: complete → last timed full pass", "%s", r.Steady)
 	row("proxy peak RSS, VmHWM, at the end (MB)", "%d", r.Final.HWMKB/1024)
 	row("proxy RSS / heap in use at the end (MB)", "%d / %.0f", r.Final.RSSKB/1024, r.HeapInuseFinalMB)
 	row("proxy CPU, whole run (s)", "%.0f", r.Final.CPUSeconds)
