@@ -58,6 +58,11 @@ type fullPass struct {
 	// not ended (PassStepReady).
 	waiting    bool
 	readInStep int // virtual servers whose real servers a step read itself
+	// reals is the services whose real servers the pass reads
+	// (realscheck.go); fromRecords counts the virtual servers whose real
+	// servers it took from their records instead.
+	reals       realsWindow
+	fromRecords int
 }
 
 // readTimes sums a pass's kernel reads, logged once per pass at -v=2.
@@ -87,6 +92,10 @@ type FullSyncResult struct {
 	// step and used, and those read in the step (not read ahead, or the
 	// read ahead was stale).
 	RealsReadAhead, RealsReadInStep int
+	// RealsFromRecords: the virtual servers whose real servers the pass
+	// took from their records, their service outside its window
+	// (realscheck.go).
+	RealsFromRecords int
 }
 
 // StepResult says what one step of a full pass did.
@@ -127,10 +136,11 @@ func (r *Reconciler) BeginPass(keys PassKeys, read *PassRead) error {
 		snap:   snap,
 		keys:   &keyWalk{keys: keys},
 		failed: map[string]error{},
+		reals:  newRealsWindow(keys.sorted, r.realsFrom, keys.readReals),
 	}
 	r.rec.watch(snap)
 	if r.readAhead {
-		r.pass.ahead = newRealsAhead(r.kernel.IPVS, keys.sorted)
+		r.pass.ahead = newRealsAhead(r.kernel.IPVS, keys.sorted, r.pass.reals)
 		r.rec.watch(r.pass.ahead)
 	}
 	return nil
@@ -251,6 +261,9 @@ func (p *fullPass) syncKey(key string, w *ServiceState) error {
 	r.write.settle(key) // before its record is read back
 	// Never adopt what another key owns (Sync would only leave it out).
 	w, conflicts := r.withoutConflicts(key, w)
+	if !p.reals.reads(key) {
+		p.fromRecords += p.snap.loadRealsFromRecord(r.rec, key, w)
+	}
 	var ahead []aheadRead
 	if p.ahead != nil {
 		ahead = p.ahead.take(key)
@@ -285,8 +298,9 @@ func (r *Reconciler) FinishPass() FullSyncResult {
 	}
 	r.endPass()
 	r.rec.released = nil
+	r.realsFrom = p.reals.next
 	res := FullSyncResult{Services: p.keys.synced, Failed: p.failed, Prune: errors.Join(p.pruner.errs...), Adopted: p.adopted,
-		RealsReadInStep: p.readInStep}
+		RealsReadInStep: p.readInStep, RealsFromRecords: p.fromRecords}
 	if p.ahead != nil {
 		res.RealsReadAhead = p.ahead.used
 	}

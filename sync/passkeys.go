@@ -13,6 +13,9 @@ import (
 type PassKeys struct {
 	sorted []string
 	set    map[string]struct{}
+	// readReals is how many of them have their real servers read from
+	// the kernel (realscheck.go); 0: all.
+	readReals int
 }
 
 // NewPassKeys sorts keys (in place) and makes their set.
@@ -23,6 +26,15 @@ func NewPassKeys(keys []string) PassKeys {
 		set[k] = struct{}{}
 	}
 	return PassKeys{sorted: keys, set: set}
+}
+
+// ReadingRealsOf returns k with the pass reading the real servers of n
+// of its services, the window after the last pass's (realscheck.go), and
+// taking the others' from their records; n ≤ 0, or at least the number
+// of keys, reads every service's.
+func (k PassKeys) ReadingRealsOf(n int) PassKeys {
+	k.readReals = n
+	return k
 }
 
 // keyWalk hands out a pass's services one at a time: the PassKeys in

@@ -41,8 +41,9 @@ const readAheadWake = 32
 
 // realsAhead is one pass's read-ahead.
 type realsAhead struct {
-	h    ipvs.Interface
-	keys []string // the pass's sorted keys; read-only
+	h      ipvs.Interface
+	keys   []string    // the pass's sorted keys; read-only
+	window realsWindow // only these services' real servers are read
 
 	// Owned by the loop.
 	asked   int                      // keys[:asked] have been considered
@@ -77,9 +78,9 @@ type aheadRead struct {
 	err   error
 }
 
-func newRealsAhead(h ipvs.Interface, keys []string) *realsAhead {
+func newRealsAhead(h ipvs.Interface, keys []string, window realsWindow) *realsAhead {
 	a := &realsAhead{
-		h: h, keys: keys, last: -1,
+		h: h, keys: keys, window: window, last: -1,
 		asking:  map[string]struct{}{},
 		written: map[ipvs.ServiceKey]bool{},
 		// Every item not yet read lies within one window of the pass's
@@ -138,7 +139,8 @@ func readReals(h ipvs.Interface, k ipvs.ServiceKey, hint int) aheadRead {
 }
 
 // fill asks for the services within the window of pos whose records hold
-// virtual servers the snapshot has and has not loaded.
+// virtual servers the snapshot has and has not loaded, and whose real
+// servers the pass reads (the pass's realsWindow).
 func (a *realsAhead) fill(pos int, rec *record, snap *kernelSnapshot) {
 	if a.stopped.Load() || a.asked >= len(a.keys) || a.asked-pos >= readAheadWindow-readAheadWindowStep {
 		return
@@ -147,7 +149,7 @@ func (a *realsAhead) fill(pos int, rec *record, snap *kernelSnapshot) {
 	var items []aheadItem
 	for i := max(a.asked, pos); i < end; i++ {
 		st := rec.applied[a.keys[i]]
-		if st == nil {
+		if st == nil || !a.window.reads(a.keys[i]) {
 			continue
 		}
 		var it aheadItem

@@ -62,6 +62,9 @@ type Reconciler struct {
 	// readAhead: a pass reads its next services' real servers beside
 	// the loop (SetPassReadAhead).
 	readAhead bool
+	// realsFrom is where the next pass's window of real-server reads
+	// begins (realscheck.go).
+	realsFrom string
 
 	// OnSetGrown, when set, is told of every set growth.
 	OnSetGrown func(set string, maxElem uint32)

@@ -47,6 +47,12 @@ type RunnerConfig struct {
 	// SchedulerLoaded, when set, tells whether a scheduler the kernel once
 	// refused has been loaded since (checked before each full pass).
 	SchedulerLoaded func(name string) bool
+	// RealServerCheckPeriod, when set, is how long the full passes take
+	// to read every service's real servers back from the kernel: each
+	// pass reads its share of them, the time since the last pass began
+	// over this period, and takes the rest from the records
+	// (realscheck.go). 0: every pass reads every service's.
+	RealServerCheckPeriod time.Duration
 	// DrainInterval is how often draining real servers are checked
 	// (default 5 s).
 	DrainInterval time.Duration
@@ -97,6 +103,7 @@ type Runner struct {
 	informersSynced atomic.Bool
 	listedAt        atomic.Int64 // nanoseconds from Started to informersSynced
 	passStart       time.Time    // when the running full pass (its node set-up) began
+	lastPassBegan   time.Time    // when the last pass that began had begun its set-up (realsToRead)
 	// settingUp: the next pass's node set-up runs beside the loop
 	// (runpass.go); owned by the loop.
 	settingUp bool

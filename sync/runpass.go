@@ -2,6 +2,7 @@ package sync
 
 import (
 	"maps"
+	"math"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -72,7 +73,7 @@ func (r *Runner) stepFullPass(wanted bool, setUp *setUpResult, start time.Time, 
 	}
 	klog.V(2).InfoS("Full pass done", "services", res.Services, "adopted", res.Adopted,
 		"failed", len(res.Failed), "duration", took, "nodeSetup", r.passPrepareTook,
-		"realsReadAhead", res.RealsReadAhead, "realsReadInStep", res.RealsReadInStep)
+		"realsReadAhead", res.RealsReadAhead, "realsReadInStep", res.RealsReadInStep, "realsFromRecords", res.RealsFromRecords)
 	return true, res.Prune
 }
 
@@ -109,10 +110,30 @@ func (r *Runner) beginFullPass(res setUpResult) error {
 	r.passPrepareTook = res.took
 	r.rec.SetNodePortAddresses(r.cfg.Build.NodePortAddresses)
 	r.forgetLoadedSchedulers()
-	if err := r.rec.BeginPass(res.keys, res.read); err != nil {
+	keys := res.keys.ReadingRealsOf(r.realsToRead(len(res.keys.sorted)))
+	if err := r.rec.BeginPass(keys, res.read); err != nil {
 		// The pass is abandoned; it is tried again with backoff.
 		klog.ErrorS(err, "Full sync could not read the kernel")
 		return err
 	}
+	r.lastPassBegan = r.passStart
 	return nil
+}
+
+// realsToRead is how many of n services the pass beginning now reads the
+// real servers of (realscheck.go): with a check period, the share of n
+// that the time since the last pass began is of the period, so that the
+// passes within one period read every service's; 0 (every service's)
+// without a period, or for the first pass.
+func (r *Runner) realsToRead(n int) int {
+	period := r.cfg.RealServerCheckPeriod
+	if period <= 0 || r.lastPassBegan.IsZero() {
+		return 0
+	}
+	since := r.passStart.Sub(r.lastPassBegan)
+	if since >= period {
+		return 0
+	}
+	// Rounded up: a pass reads at least one service's.
+	return int(math.Ceil(float64(n) * float64(since) / float64(period)))
 }

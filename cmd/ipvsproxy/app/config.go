@@ -60,6 +60,8 @@ type IPVSProxyConfiguration struct {
 	// GracefulTerminationPeriod is --ipvs-graceful-termination-period; a
 	// pointer because 0 ("delete at once") differs from unset (30 s).
 	GracefulTerminationPeriod *metav1.Duration `json:"gracefulTerminationPeriod,omitempty"`
+	// RealServerCheckPeriod is --ipvs-real-server-check-period.
+	RealServerCheckPeriod *metav1.Duration `json:"realServerCheckPeriod,omitempty"`
 	// CriticalServices is --critical-services. Not omitted when empty:
 	// an empty list (only default/kubernetes) differs from unset (the
 	// default list).
@@ -291,6 +293,7 @@ func (cf *ConfigFile) bindings(o *Options) []binding {
 			binding{"iptablesBackend", "iptables-backend", e.IPTablesBackend != "", func() { o.IPTablesBackend = e.IPTablesBackend }},
 			binding{"rulesBackend", "rules-backend", e.RulesBackend != "", func() { o.RulesBackend = e.RulesBackend }},
 			binding{"gracefulTerminationPeriod", "ipvs-graceful-termination-period", e.GracefulTerminationPeriod != nil, func() { o.GracePeriod = e.GracefulTerminationPeriod.Duration }},
+			binding{"realServerCheckPeriod", "ipvs-real-server-check-period", e.RealServerCheckPeriod != nil, func() { o.RealsCheckPeriod = e.RealServerCheckPeriod.Duration }},
 			binding{"criticalServices", "critical-services", e.CriticalServices != nil, func() { o.CriticalServices = append([]string{}, e.CriticalServices...) }},
 			binding{"removeStartupTaint", "remove-startup-taint", e.RemoveStartupTaint != "", func() { o.RemoveStartupTaint = e.RemoveStartupTaint }})
 	}
@@ -496,6 +499,7 @@ func (o *Options) EffectiveConfig() ([]byte, error) {
 		IPTablesBackend:           o.IPTablesBackend,
 		RulesBackend:              o.RulesBackend,
 		GracefulTerminationPeriod: &metav1.Duration{Duration: o.GracePeriod},
+		RealServerCheckPeriod:     &metav1.Duration{Duration: o.RealsCheckPeriod},
 		CriticalServices:          o.CriticalServices,
 		RemoveStartupTaint:        o.RemoveStartupTaint,
 	})

@@ -56,6 +56,7 @@ apiVersion: ipvsproxy.io/v1alpha1
 kind: IPVSProxyConfiguration
 iptablesBackend: nft
 gracefulTerminationPeriod: 0s
+realServerCheckPeriod: 10m
 criticalServices: [kube-system/coredns, app=dns]
 removeStartupTaint: node.ipvsproxy.io/proxy-not-ready
 `
@@ -169,6 +170,7 @@ func TestConfigFileValues(t *testing.T) {
 	full.HealthzBindAddress, full.MetricsBindAddress, full.IPTablesBackend = "0.0.0.0:20256", "[::]:20249", "nft"
 	full.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
 	full.DetectLocalMode, full.PodIfacePrefix, full.GracePeriod = "InterfaceNamePrefix", "veth", 0
+	full.RealsCheckPeriod = 10 * time.Minute
 	full.BindAddress, full.OOMScoreAdj = "10.0.0.7", -500
 	full.CriticalServices, full.RemoveStartupTaint = []string{"kube-system/coredns", "app=dns"}, "node.ipvsproxy.io/proxy-not-ready"
 	full.Conntrack = conntrackTuning{MaxPerCore: 65536, Min: 262144, TCPEstablished: 12 * time.Hour, TCPCloseWait: 30 * time.Minute,
@@ -241,6 +243,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"bad bind address names the field", kpHeader + "metricsBindAddress: localhost:10249\n", `metricsBindAddress: --metrics-bind-address "localhost:10249": want ip:port`},
 		{"bad content type names the field", kpHeader + "clientConnection:\n  contentType: text/plain\n", `clientConnection.contentType: --kube-api-content-type "text/plain"`},
 		{"negative grace period names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ngracefulTerminationPeriod: -5s\n", `gracefulTerminationPeriod: --ipvs-graceful-termination-period -5s: must not be negative`},
+		{"negative real-server check period names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nrealServerCheckPeriod: -1m\n", `realServerCheckPeriod: --ipvs-real-server-check-period -1m0s: must not be negative`},
 		{"bad critical service names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\ncriticalServices: [kube-dns]\n", `criticalServices: --critical-services "kube-dns": want NAMESPACE/NAME`},
 		{"bad taint key names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\nremoveStartupTaint: \"a b\"\n", `removeStartupTaint: --remove-startup-taint "a b": not a taint key`},
 		{"bad backend names the field", "apiVersion: ipvsproxy.io/v1alpha1\nkind: IPVSProxyConfiguration\niptablesBackend: ebpf\n", `iptablesBackend: --iptables-backend "ebpf"`},

@@ -42,10 +42,11 @@ type Options struct {
 	PodBridge          string
 	PodIfacePrefix     string
 	GracePeriod        time.Duration
-	StatsMaxServices   int      // --stats-max-services: per-service traffic metrics for at most this many virtual servers; 0: none
-	CriticalServices   []string // --critical-services: programmed first on start (sync.ParseCriticalServices)
-	RemoveStartupTaint string   // --remove-startup-taint: a taint key removed from the Node once ready; "": none
-	BindAddress        string   // the node IP when specific (see nodeip.go)
+	RealsCheckPeriod   time.Duration // --ipvs-real-server-check-period: the full passes read every real server back within it; 0: every pass
+	StatsMaxServices   int           // --stats-max-services: per-service traffic metrics for at most this many virtual servers; 0: none
+	CriticalServices   []string      // --critical-services: programmed first on start (sync.ParseCriticalServices)
+	RemoveStartupTaint string        // --remove-startup-taint: a taint key removed from the Node once ready; "": none
+	BindAddress        string        // the node IP when specific (see nodeip.go)
 	OOMScoreAdj        int32
 	Conntrack          conntrackTuning
 	APIQPS             float32 // --kube-api-qps
@@ -115,6 +116,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "iptables backend: auto (detect like kube-proxy's wrapper), legacy or nft.")
 	fs.StringVar(&o.RulesBackend, "rules-backend", o.RulesBackend, "Where the node-wide rules and the service sets live: iptables (ipsets and iptables rules, kube-proxy's names) or nftables (one nftables table, inet ipvsproxy; needs inet nf_tables). Switching removes what the other one made.")
 	fs.DurationVar(&o.GracePeriod, "ipvs-graceful-termination-period", o.GracePeriod, "How long a removed TCP/SCTP backend keeps its open connections (at weight 0) before it is deleted; 0 deletes at once. UDP backends are always deleted at once.")
+	fs.DurationVar(&o.RealsCheckPeriod, "ipvs-real-server-check-period", o.RealsCheckPeriod, "Read every service's IPVS real servers back from the kernel within this period, a share in each full pass, instead of all in every pass (one dump per virtual server); a real server changed behind ipvsproxy's back is repaired within it. Virtual servers, addresses and set entries are still read by every pass. 0 (the default): every pass reads every service's.")
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "How to tell cluster traffic (not masqueraded) from outside traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
 	fs.StringVar(&o.PodBridge, "pod-bridge-interface", o.PodBridge, "With --detect-local-mode=BridgeInterface: the bridge the pods are on.")
 	fs.StringVar(&o.PodIfacePrefix, "pod-interface-name-prefix", o.PodIfacePrefix, "With --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interfaces.")
@@ -212,7 +214,7 @@ func (o *Options) check() error {
 	}{{"--ipvs-tcp-timeout", o.TCPTimeout}, {"--ipvs-tcpfin-timeout", o.TCPFinTimeout}, {"--ipvs-udp-timeout", o.UDPTimeout},
 		// Negative would delete every removed backend at once, dropping
 		// its connections: the opposite of what a grace period is for.
-		{"--ipvs-graceful-termination-period", o.GracePeriod}} {
+		{"--ipvs-graceful-termination-period", o.GracePeriod}, {"--ipvs-real-server-check-period", o.RealsCheckPeriod}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
 		}

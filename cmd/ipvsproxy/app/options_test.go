@@ -42,6 +42,7 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{[]string{"--metrics-bind-address", "localhost"}, `--metrics-bind-address "localhost": want ip:port`},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s: must not be negative"},
 		{[]string{"--ipvs-graceful-termination-period", "-1s"}, "--ipvs-graceful-termination-period -1s: must not be negative"},
+		{[]string{"--ipvs-real-server-check-period", "-1s"}, "--ipvs-real-server-check-period -1s: must not be negative"},
 		{[]string{"--stats-max-services", "-1"}, "--stats-max-services -1: must be 0 (no per-service metrics) or more"},
 		{[]string{"--critical-services", "kube-dns"}, `--critical-services "kube-dns": want NAMESPACE/NAME (a Service) or LABEL=VALUE (the Services with that label)`},
 		{[]string{"--critical-services", "k8s-app=kube dns"}, `--critical-services "k8s-app=kube dns": label value "kube dns"`},

@@ -236,18 +236,19 @@ func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.
 	e.healthChecks = healthcheck.New()
 	e.closers = append(e.closers, e.healthChecks.Close)
 	e.runner = sync.NewRunner(sync.RunnerConfig{
-		Build:           o.buildConfig(nodeName, v6),
-		SyncPeriod:      o.SyncPeriod,
-		MinSyncPeriod:   o.MinSyncPeriod,
-		Prepare:         setup.ensure,
-		Events:          events,
-		HealthChecks:    e.healthChecks,
-		Conntrack:       cleaner,
-		OnFullSync:      afterFullSync(sizingCheck(reg), setup.retire),
-		SchedulerLoaded: ipvs.SchedulerLoaded,
-		Metrics:         metrics,
-		Critical:        o.parsed.critical,
-		Started:         started,
+		Build:                 o.buildConfig(nodeName, v6),
+		SyncPeriod:            o.SyncPeriod,
+		MinSyncPeriod:         o.MinSyncPeriod,
+		RealServerCheckPeriod: o.RealsCheckPeriod,
+		Prepare:               setup.ensure,
+		Events:                events,
+		HealthChecks:          e.healthChecks,
+		Conntrack:             cleaner,
+		OnFullSync:            afterFullSync(sizingCheck(reg), setup.retire),
+		SchedulerLoaded:       ipvs.SchedulerLoaded,
+		Metrics:               metrics,
+		Critical:              o.parsed.critical,
+		Started:               started,
 	}, e.tracker, rec)
 	return e
 }

@@ -71,6 +71,7 @@ type config struct {
 	procCheckMax, minChanges         int
 	seed                             uint64
 	ipvsproxy, results, node         string
+	proxyArgs                        []string // more flags for the proxy (--proxy-args)
 	nodeIP                           netip.Addr
 	programTimeout, passTimeout      time.Duration
 }
@@ -88,6 +89,10 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "bin/ipvsproxy", "the proxy binary")
 	flag.StringVar(&c.results, "results", os.Getenv("E2E_RESULTS"), "folder for the results")
 	flag.StringVar(&c.node, "node", "sandbox-node", "the Node's name")
+	flag.Func("proxy-args", "more flags for the proxy, space-separated (e.g. \"--ipvs-real-server-check-period=5m\"); summary.md names them", func(s string) error {
+		c.proxyArgs = append(c.proxyArgs, strings.Fields(s)...)
+		return nil
+	})
 	flag.StringVar(&nodeIP, "node-ip", "10.10.0.1", "the Node's address (on a dummy link node0)")
 	flag.DurationVar(&c.programTimeout, "program-timeout", 3*time.Hour, "give up on the initial programming after this long")
 	flag.DurationVar(&c.passTimeout, "pass-timeout", time.Hour, "give up waiting for one full pass after this long")
@@ -216,7 +221,7 @@ func run(ctx context.Context, c *config) error {
 // as they come, so a failure still leaves what was measured.
 func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *report) (err error) {
 	r.Commit = proxyVersion(c.ipvsproxy)
-	args := withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node))
+	args := append(withProfiling(c.ipvsproxy, proxyArgs(kubeconfig, c.node)), c.proxyArgs...)
 	r.ProxyArgs = strings.Join(args, " ")
 	launched := guestCPUAtLaunch()
 	begin := time.Now()
