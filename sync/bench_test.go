@@ -19,7 +19,9 @@ package sync
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	gosync "sync"
 	"testing"
 	"time"
@@ -256,6 +258,21 @@ func BenchmarkFullSyncInitial(b *testing.B) {
 // already matches: build every state, read the kernel, adopt, sync every
 // key (no write), prune nothing.
 func BenchmarkFullSyncNoDrift(b *testing.B) {
+	benchFullSyncNoDrift(b, 0)
+}
+
+// BenchmarkFullSyncNoDriftRealsInTurn is BenchmarkFullSyncNoDrift with
+// a tenth of the services' real servers read per pass
+// (--ipvs-real-server-check-period at ten sync periods): expect a tenth
+// of the dumps of the virtual servers' real servers.
+func BenchmarkFullSyncNoDriftRealsInTurn(b *testing.B) {
+	benchFullSyncNoDrift(b, 10)
+}
+
+// benchFullSyncNoDrift times full passes over a programmed node with no
+// drift, each reading the real servers of 1/inTurn of the services (0:
+// of all).
+func benchFullSyncNoDrift(b *testing.B, inTurn int) {
 	forEachSize(b, func(b *testing.B, n int) {
 		nd := cachedBenchNode(b, n)
 		var build time.Duration
@@ -264,7 +281,11 @@ func BenchmarkFullSyncNoDrift(b *testing.B) {
 			t0 := time.Now()
 			want := nd.cluster.want()
 			build += time.Since(t0)
-			res, err := fullSync(nd.rec, want)
+			keys := NewPassKeys(slices.Collect(maps.Keys(want)))
+			if inTurn > 0 {
+				keys = keys.ReadingRealsOf((len(want) + inTurn - 1) / inTurn)
+			}
+			res, err := fullSyncOf(nd.rec, want, keys)
 			if err != nil || len(res.Failed) > 0 || res.Prune != nil {
 				b.Fatalf("full sync: %v %v %v", err, res.Failed, res.Prune)
 			}

@@ -219,7 +219,12 @@ func assertText(t testing.TB, what, got, want string) {
 // service the proxy knows (internal/enginetest.FullSync, which imports
 // this package, for the tests inside it).
 func fullSync(rec *Reconciler, want map[string]*ServiceState) (FullSyncResult, error) {
-	if err := rec.BeginPass(NewPassKeys(slices.Collect(maps.Keys(want))), rec.ReadForPass()); err != nil {
+	return fullSyncOf(rec, want, NewPassKeys(slices.Collect(maps.Keys(want))))
+}
+
+// fullSyncOf is fullSync over keys (want's, made by the caller).
+func fullSyncOf(rec *Reconciler, want map[string]*ServiceState, keys PassKeys) (FullSyncResult, error) {
+	if err := rec.BeginPass(keys, rec.ReadForPass()); err != nil {
 		return FullSyncResult{}, err
 	}
 	for {
