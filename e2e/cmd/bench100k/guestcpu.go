@@ -80,6 +80,9 @@ type cpuSplit struct {
 func (s *cpuSplit) String() string {
 	g := s.Guest
 	sec := func(ticks int64) float64 { return float64(ticks) / 100 }
-	return fmt.Sprintf("%.1f s: guest user %.1f, system %.1f, softirq %.1f, other %.1f, idle %.1f; of it the proxy's user %.1f, system %.1f",
-		s.Seconds, sec(g.User), sec(g.System), sec(g.SoftIRQ), sec(g.Other), sec(g.Idle), s.Proxy.UserSeconds, s.Proxy.SystemSeconds)
+	p := s.Proxy
+	return fmt.Sprintf("%.1f s: guest user %.1f, system %.1f, softirq %.1f, other %.1f, idle %.1f; of it the proxy's user %.1f, system %.1f"+
+		" (%d page faults, %d major; %d context switches, %d of them preempted)",
+		s.Seconds, sec(g.User), sec(g.System), sec(g.SoftIRQ), sec(g.Other), sec(g.Idle), p.UserSeconds, p.SystemSeconds,
+		p.MinorFaults+p.MajorFaults, p.MajorFaults, p.VoluntarySwitches+p.InvoluntarySwitches, p.InvoluntarySwitches)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,6 +75,13 @@ type Usage struct {
 	CPUWithChildren float64 `json:"cpuWithChildrenSeconds"` // plus its waited-for children's (iptables, ipset)
 	RSSKB           int     `json:"rssKB"`                  // VmRSS now
 	HWMKB           int     `json:"hwmKB"`                  // VmHWM: peak resident set, the process alone
+	// What the kernel did for it besides its system calls, each a trap
+	// into the host under user-mode Linux: page faults (every thread's,
+	// ended ones too) and context switches (the live threads').
+	MinorFaults         int64 `json:"minorFaults"`
+	MajorFaults         int64 `json:"majorFaults"`
+	VoluntarySwitches   int64 `json:"voluntarySwitches"`   // it blocked: a wait, a sleep, a system call that waits
+	InvoluntarySwitches int64 `json:"involuntarySwitches"` // it was preempted
 }
 
 const clockTicks = 100 // USER_HZ on Linux
@@ -95,6 +103,10 @@ func (p *Process) Usage() (Usage, error) {
 	// utime, stime, cutime, cstime are fields 14–17 of stat: 11–14 here.
 	u := Usage{CPUSeconds: tick(11) + tick(12), UserSeconds: tick(11), SystemSeconds: tick(12)}
 	u.CPUWithChildren = u.CPUSeconds + tick(13) + tick(14)
+	// minflt and majflt are fields 10 and 12: 7 and 9 here.
+	u.MinorFaults, _ = strconv.ParseInt(f[7], 10, 64)
+	u.MajorFaults, _ = strconv.ParseInt(f[9], 10, 64)
+	u.VoluntarySwitches, u.InvoluntarySwitches = threadSwitches(pid)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err
@@ -110,4 +122,27 @@ func (p *Process) Usage() (Usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// threadSwitches sums the context switches of pid's live threads: the
+// process's own status file counts its first thread's alone.
+func threadSwitches(pid int) (voluntary, involuntary int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, path := range tasks {
+		status, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			switch k {
+			case "voluntary_ctxt_switches":
+				voluntary += n
+			case "nonvoluntary_ctxt_switches":
+				involuntary += n
+			}
+		}
+	}
+	return voluntary, involuntary
 }

@@ -23,7 +23,9 @@ func TestStartUsageStop(t *testing.T) {
 		t.Fatalf("running process reported ended: %v", err)
 	}
 	u, err := p.Usage()
-	if err != nil || u.RSSKB <= 0 || u.HWMKB < u.RSSKB || u.CPUWithChildren < u.CPUSeconds {
+	// A process that has run has touched pages and been switched out.
+	if err != nil || u.RSSKB <= 0 || u.HWMKB < u.RSSKB || u.CPUWithChildren < u.CPUSeconds || u.MinorFaults <= 0 ||
+		u.VoluntarySwitches+u.InvoluntarySwitches <= 0 {
 		t.Errorf("usage %+v, err %v", u, err)
 	}
 	p.Stop(5 * time.Second)
