@@ -341,6 +341,15 @@ func (r *Runner) Pending() (queued, synced time.Time) {
 	return queued, synced
 }
 
+// cpuSoFar is the log's key and value for the process's CPU time so
+// far (none without RunnerConfig.ProcessCPU).
+func (r *Runner) cpuSoFar() []any {
+	if r.cfg.ProcessCPU == nil {
+		return nil
+	}
+	return []any{"cpu", r.cfg.ProcessCPU()}
+}
+
 // Ready reports whether the first full pass has completed: every service
 // of the informers' initial lists programmed, the kernel's leftovers
 // pruned (/readyz).
@@ -359,7 +368,7 @@ func (r *Runner) Readied() <-chan struct{} { return r.ready }
 func (r *Runner) markReady() {
 	r.readyOnce.Do(func() {
 		close(r.ready)
-		klog.InfoS("Ready: the first full pass has programmed every service", "services", r.rec.Keys(),
-			"sinceStart", r.clock.Since(r.cfg.Started))
+		klog.InfoS("Ready: the first full pass has programmed every service", append([]any{"services", r.rec.Keys(),
+			"sinceStart", r.clock.Since(r.cfg.Started)}, r.cpuSoFar()...)...)
 	})
 }

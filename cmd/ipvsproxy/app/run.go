@@ -249,6 +249,7 @@ func newEngine(o *Options, kernel owned.Kernel, setup *nodeSetup, metrics *sync.
 		Metrics:               metrics,
 		Critical:              o.parsed.critical,
 		Started:               started,
+		ProcessCPU:            processCPU,
 	}, e.tracker, rec)
 	return e
 }

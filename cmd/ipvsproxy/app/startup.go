@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvsproxy/ipvsproxy/iptables"
@@ -23,6 +24,16 @@ func nodeStartup(ctx context.Context, o *Options, client kubernetes.Interface, n
 		return nodeIP{}, fmt.Errorf("conntrack settings: %w", err)
 	}
 	return startupNodeIP(ctx, client, nodeName, o.BindAddress), nil
+}
+
+// processCPU is this process's user and system time so far: the
+// start-up's log lines name it (sync.RunnerConfig.ProcessCPU).
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // canaryPollInterval is how often the firewall-reload monitor looks at the

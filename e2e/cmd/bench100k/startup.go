@@ -72,6 +72,11 @@ type proxyLog struct {
 	CriticalSeconds        float64 `json:"criticalProgrammedSinceStart"`
 	InformersSyncedSeconds float64 `json:"informersSyncedAfter"`
 	ReadySeconds           float64 `json:"readySinceStart"`
+	// The proxy's CPU time (its own getrusage) when its informers had
+	// delivered their lists and when it was Ready: receiving the
+	// cluster against programming it.
+	InformersSyncedCPU float64 `json:"cpuAtInformersSynced"`
+	ReadyCPU           float64 `json:"cpuAtReady"`
 	// StartOffsetSeconds: the proxy's clock began this long after the
 	// launch (the line's klog time − its sinceStart − the launch): what
 	// turns its times into the benchmark's.
@@ -270,8 +275,10 @@ func (s startup) criticalAfterInformers() (float64, bool) {
 // last start banner): klog's text format,
 //
 //	I1202 05:40:32.714205     183 batch.go:244] "Critical services programmed" services=1 sinceStart="15.842922752s" informersSyncedAfter="15.842907136s"
+//	I1205 00:01:02.135597     109 runner.go:262] "Informers have delivered their initial lists" sinceStart="9.2s" cpu="7.51s"
 func parseProxyLog(text string, launched time.Time) proxyLog {
-	l := proxyLog{CriticalSeconds: -1, InformersSyncedSeconds: -1, ReadySeconds: -1, StartOffsetSeconds: -1}
+	l := proxyLog{CriticalSeconds: -1, InformersSyncedSeconds: -1, ReadySeconds: -1, StartOffsetSeconds: -1,
+		InformersSyncedCPU: -1, ReadyCPU: -1}
 	if i := strings.LastIndex(text, "===== bench100k: starting "); i >= 0 {
 		text = text[i:]
 	}
@@ -285,8 +292,12 @@ func parseProxyLog(text string, launched time.Time) proxyLog {
 			if at, ok := klogTime(line, launched); ok && l.CriticalSeconds >= 0 {
 				l.StartOffsetSeconds = max(0, at.Sub(launched).Seconds()-l.CriticalSeconds)
 			}
+		case l.InformersSyncedCPU < 0 && strings.Contains(line, `] "Informers have delivered their initial lists"`):
+			l.InformersSyncedCPU = durationSeconds(klogValues(line)["cpu"])
 		case l.ReadySeconds < 0 && strings.Contains(line, `] "Ready: the first full pass`):
-			l.ReadySeconds = durationSeconds(klogValues(line)["sinceStart"])
+			kv := klogValues(line)
+			l.ReadySeconds = durationSeconds(kv["sinceStart"])
+			l.ReadyCPU = durationSeconds(kv["cpu"])
 		}
 	}
 	return l
@@ -415,6 +426,8 @@ func (r *report) startupMarkdown(b *strings.Builder) {
 	verdict, _ := readyVerdict(s.ReadyzSeconds, r.Programmed)
 	row("/readyz 200 against the kernel complete", "%s", verdict)
 	row(`proxy log "Ready": sinceStart`, "%s", seconds(s.ProxyLog.ReadySeconds, "not logged"))
+	row("proxy CPU (its log): until the informers had delivered / until Ready", "%s / %s",
+		seconds(s.ProxyLog.InformersSyncedCPU, "not logged"), seconds(s.ProxyLog.ReadyCPU, "not logged"))
 }
 
 func criticalNames() string {
