@@ -31,20 +31,23 @@ func (h *Handle) AddRealServers(vs ServiceKey, reals []RealServer) []error {
 
 // AddServices creates each virtual server of adds and then adds its real
 // servers, in order, as AddVirtualServer and AddRealServers for each in
-// turn would, all of them pipelined: creating thousands of services costs
-// a round trip per nlconn.MaxPipelined messages rather than two per
-// service. A virtual server that fails validation is not sent, nor are
+// turn would (an Existing one's real servers only), all of them
+// pipelined: creating thousands of services, or giving thousands their
+// endpoints, costs a round trip per nlconn.MaxPipelined messages rather
+// than one or two per service. A virtual server that fails validation is not sent, nor are
 // its real servers (they get no error of their own).
 func (h *Handle) AddServices(adds []ServiceAdd) []ServiceAddErrors {
 	var errs []ServiceAddErrors
 	h.writeBatch(func(b []byte, sent []batchSlot, fail func(batchSlot, error)) ([]byte, []batchSlot) {
 		for i, a := range adds {
-			slot := batchSlot{add: int32(i), real: -1}
-			if err := validateVirtualServer(a.VS); err != nil {
-				fail(slot, err) // never sent, as by AddVirtualServer
-				continue
+			if !a.Existing {
+				slot := batchSlot{add: int32(i), real: -1}
+				if err := validateVirtualServer(a.VS); err != nil {
+					fail(slot, err) // never sent, as by AddVirtualServer
+					continue
+				}
+				b, sent = h.appendServiceMessage(b, cmdNewService, a.VS), append(sent, slot)
 			}
-			b, sent = h.appendServiceMessage(b, cmdNewService, a.VS), append(sent, slot)
 			b, sent = h.appendReals(b, sent, int32(i), a.VS.ServiceKey, a.Reals, fail)
 		}
 		return b, sent

@@ -257,14 +257,18 @@ func serviceAdds(n, perService int) []ServiceAdd {
 // messages (fewer when their acknowledgements would not fit the receive
 // buffer: a scripted socket's is the kernel's default, room for 145): 20
 // services of 5 real servers are 120 messages, one round trip instead of
-// 120 (or 40 with AddRealServers per service).
+// 120 (or 40 with AddRealServers per service); an Existing add sends its
+// real servers alone: 114 messages here (20 services, 96 real servers).
 func TestAddServicesWire(t *testing.T) {
 	adds := serviceAdds(20, 5)
 	adds[7].VS = VirtualServer{ServiceKey: key(UDP, "[fd00::a]:53"), Scheduler: "mh", Flags: FlagSchedFlag1, Timeout: 0}
 	adds[7].Reals = []RealServer{{RealKey: rkey("[fd00::5]:53"), Weight: 1}}
+	adds[3].Existing, adds[12].Existing = true, true // their real servers only
 	one, k1 := scriptedHandle(t, acking)
 	for _, a := range adds {
-		mustOK(t, one.AddVirtualServer(a.VS))
+		if !a.Existing {
+			mustOK(t, one.AddVirtualServer(a.VS))
+		}
 		for _, rs := range a.Reals {
 			mustOK(t, one.AddRealServer(a.VS.ServiceKey, rs))
 		}
@@ -281,7 +285,7 @@ func TestAddServicesWire(t *testing.T) {
 			t.Errorf("message %d:\nbatched %x\none     %x\n%s", i, b, a, wireText(t, b))
 		}
 	}
-	if k2.SendCount() != 1 {
+	if len(k2.Reqs) != 114 || k2.SendCount() != 1 {
 		t.Errorf("%d messages in %d sends, want 1", len(k2.Reqs), k2.SendCount())
 	}
 }

@@ -116,22 +116,26 @@ func TestSandboxAddRealServersRefusals(t *testing.T) {
 // each in one AddServices (1,500 messages: six sends), next to an
 // existing one (IsExist, its real servers added to it), one with a
 // scheduler the kernel does not have (MissingScheduler, its real servers
-// IsNotExist) and one without a scheduler (refused before the kernel):
+// IsNotExist), one without a scheduler (refused before the kernel), and
+// two Existing adds (real servers only): one whose virtual server is
+// there, one whose is not (its real servers IsNotExist):
 // the kernel ends as the Fake given the same call, and both answer the
 // same errors. The time is logged next to the same writes one by one.
 func TestSandboxAddServices(t *testing.T) {
 	h, f := newHandle(t), NewFake()
 	flush(t, h)
-	adds := make([]ServiceAdd, 303)
+	adds := make([]ServiceAdd, 305)
 	for i := range adds {
 		vs := VirtualServer{ServiceKey: svc(TCP, fmt.Sprintf("10.97.%d.%d:80", i/250, i%250+1)), Scheduler: "rr"}
 		adds[i] = ServiceAdd{VS: vs, Reals: reals(4)}
 	}
-	existing, missing, invalid := 10, 20, 30
+	existing, missing, invalid, realsOnly, realsOnlyAbsent := 10, 20, 30, 40, 50
 	adds[missing].VS.Scheduler = "nosuch"
 	adds[invalid].VS.Scheduler = ""
+	adds[realsOnly].Existing, adds[realsOnlyAbsent].Existing = true, true
 	for _, impl := range []Interface{h, f} {
 		mustOK(t, impl.AddVirtualServer(VirtualServer{ServiceKey: adds[existing].VS.ServiceKey, Scheduler: "wrr"}))
+		mustOK(t, impl.AddVirtualServer(VirtualServer{ServiceKey: adds[realsOnly].VS.ServiceKey, Scheduler: "wrr"}))
 	}
 	start := time.Now()
 	hErrs := h.AddServices(adds)
@@ -158,6 +162,10 @@ func TestSandboxAddServices(t *testing.T) {
 			if e.VS == nil || e.Reals != nil {
 				t.Errorf("invalid virtual server: %v", e)
 			}
+		case realsOnlyAbsent:
+			if e.VS != nil || len(e.Reals) != 4 || !IsNotExist(e.Reals[0]) {
+				t.Errorf("real servers of an absent virtual server: %v", e)
+			}
 		default:
 			if e.VS != nil || e.Reals != nil {
 				t.Errorf("add %d: %v", i, e)
@@ -165,8 +173,11 @@ func TestSandboxAddServices(t *testing.T) {
 		}
 	}
 	assertSame(t, h, f)
-	if got, err := h.ListVirtualServers(); err != nil || len(got) != len(adds)-2 {
-		t.Errorf("%d virtual servers in the kernel (%v), want %d", len(got), err, len(adds)-2)
+	if got, err := h.ListVirtualServers(); err != nil || len(got) != len(adds)-3 {
+		t.Errorf("%d virtual servers in the kernel (%v), want %d", len(got), err, len(adds)-3)
+	}
+	if got, err := h.ListRealServers(adds[realsOnly].VS.ServiceKey); err != nil || len(got) != 4 {
+		t.Errorf("%d real servers added to an existing virtual server (%v), want 4", len(got), err)
 	}
 
 	flush(t, h)

@@ -365,8 +365,9 @@ func (f *Fake) AddRealServers(vs ServiceKey, reals []RealServer) []error {
 	return errs
 }
 
-// AddServices implements Interface: AddVirtualServer then AddRealServers
-// for each add, counted as the Handle's sends (see Fake).
+// AddServices implements Interface: AddVirtualServer (unless Existing)
+// then AddRealServers for each add, counted as the Handle's sends (see
+// Fake).
 func (f *Fake) AddServices(adds []ServiceAdd) []ServiceAddErrors {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -379,12 +380,15 @@ func (f *Fake) AddServices(adds []ServiceAdd) []ServiceAddErrors {
 	}
 	b := fakeBatch{f: f, verb: VerbAddServices}
 	for i, a := range adds {
-		if validateVirtualServer(a.VS) != nil {
+		switch {
+		case a.Existing: // only its real servers are sent
+		case validateVirtualServer(a.VS) != nil:
 			fail(i).VS = f.putServiceLocked(verbAddVirtualServer, a.VS) // the Handle sends nothing of it
 			continue
-		}
-		if err := b.addService(a.VS); err != nil {
-			fail(i).VS = err
+		default:
+			if err := b.addService(a.VS); err != nil {
+				fail(i).VS = err
+			}
 		}
 		for j, rs := range a.Reals {
 			if err := b.addReal(a.VS.ServiceKey, rs); err != nil {

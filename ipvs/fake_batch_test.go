@@ -107,18 +107,21 @@ func TestFakeAddRealServersSendFault(t *testing.T) {
 // scheduler not loaded and its real servers, an invalid virtual server,
 // an injected fault), counted as sends of nlconn.MaxPipelined messages.
 func TestFakeAddServicesIsOneByOne(t *testing.T) {
-	adds := make([]ServiceAdd, 5)
+	adds := make([]ServiceAdd, 7)
 	for i := range adds {
 		vs := VirtualServer{ServiceKey: key(TCP, fmt.Sprintf("10.96.0.%d:80", i+1)), Scheduler: "rr"}
 		adds[i] = ServiceAdd{VS: vs, Reals: reals(3)}
 	}
 	adds[1].VS.Scheduler = "twos"
 	adds[2].VS.Scheduler = ""
+	adds[5].Existing = true // there: its real servers are added
+	adds[6].Existing = true // not there: its real servers are refused
 	boom := errors.New("boom")
 	setup := func() *Fake {
 		f := NewFake()
 		f.UnloadScheduler("twos", false)
 		mustOK(t, f.AddVirtualServer(adds[0].VS)) // already there
+		mustOK(t, f.AddVirtualServer(adds[5].VS))
 		f.FailOn("AddRealServer", func(c Call) bool { return c.Service == adds[4].VS.ServiceKey && c.Real == adds[4].Reals[1].RealKey }, boom)
 		f.ResetCounts()
 		return f
@@ -126,7 +129,11 @@ func TestFakeAddServicesIsOneByOne(t *testing.T) {
 	one, batched := setup(), setup()
 	var want []error
 	for _, a := range adds {
-		want = append(want, one.AddVirtualServer(a.VS))
+		if a.Existing {
+			want = append(want, nil)
+		} else {
+			want = append(want, one.AddVirtualServer(a.VS))
+		}
 		for _, rs := range a.Reals {
 			if validateVirtualServer(a.VS) == nil {
 				want = append(want, one.AddRealServer(a.VS.ServiceKey, rs))
@@ -154,6 +161,9 @@ func TestFakeAddServicesIsOneByOne(t *testing.T) {
 	}
 	if one.String() != batched.String() {
 		t.Errorf("batched state\n%s\none by one\n%s", batched.String(), one.String())
+	}
+	if errs[5].VS != nil || errs[5].Reals != nil || errs[6].VS != nil || len(errs[6].Reals) != 3 || !IsNotExist(errs[6].Reals[2]) {
+		t.Errorf("existing virtual servers' real servers: %+v (there), %+v (not there)", errs[5], errs[6])
 	}
 	if want := map[string]int{"AddServices": 1}; !maps.Equal(batched.Counts(), want) {
 		t.Errorf("counts %v, want %v", batched.Counts(), want)

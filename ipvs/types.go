@@ -114,10 +114,14 @@ type RealServer struct {
 }
 
 // ServiceAdd is a virtual server to create, with the real servers to add
-// to it, in their order (AddServices).
+// to it, in their order (AddServices). Existing says the virtual server is
+// there already: only its real servers are sent, as AddRealServers would
+// send them, so real servers for many existing virtual servers share
+// round trips too.
 type ServiceAdd struct {
-	VS    VirtualServer
-	Reals []RealServer
+	VS       VirtualServer
+	Reals    []RealServer
+	Existing bool
 }
 
 // ServiceAddErrors are the refusals of one ServiceAdd: of its virtual
@@ -178,7 +182,8 @@ type Interface interface {
 	DeleteRealServer(vs ServiceKey, rs RealKey) error
 	// AddServices creates each virtual server of adds and adds its real
 	// servers, in order, as AddVirtualServer and then AddRealServers for
-	// each add in turn would, in as few round trips as it can. It returns
+	// each add in turn would (only AddRealServers for an Existing one), in
+	// as few round trips as it can. It returns
 	// nil when every write succeeded, else one ServiceAddErrors per add,
 	// each error the one the single call would have returned. The real
 	// servers of a virtual server the kernel refused fail as they would

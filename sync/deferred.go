@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipvsproxy/ipvsproxy/internal/nlconn"
 	"github.com/ipvsproxy/ipvsproxy/ipset"
+	"github.com/ipvsproxy/ipvsproxy/ipvs"
 	"github.com/ipvsproxy/ipvsproxy/owned"
 )
 
@@ -22,10 +23,11 @@ import (
 // While the caller defers them (DeferWrites: the runner for each of its
 // batches, a full pass for each step), the writer holds a sync's new
 // objects back and writes them later, many per round trip:
-//   - addresses to bind (dummyif.AddAddresses) and new virtual servers
-//     with their real servers (ipvs.AddServices) once they fill a few
-//     sends (dueMessages); set entries many per message (ipset.AddEntries)
-//     once a set's fill a message;
+//   - addresses to bind (dummyif.AddAddresses), and new virtual servers
+//     with their real servers and new real servers of existing virtual
+//     servers (ipvs.AddServices), once they fill a few sends
+//     (dueMessages); set entries many per message (ipset.AddEntries) once
+//     a set's fill a message;
 //   - all of them when the oldest has waited maxDeferral, so at start-up,
 //     when one batch runs for minutes, a write is never minutes late;
 //   - all of them at the end of the batch or step (FlushWrites), and
@@ -33,7 +35,10 @@ import (
 //     sync, its adoption, a kernel read, the prune).
 //
 // Only objects no record holds yet wait: an address bound for no key, a
-// virtual server new to its key, a set entry no key references. Deletes,
+// virtual server new to its key, a real server new to its virtual server
+// (at start-up the services arrive before their EndpointSlices, so most
+// real servers are added to virtual servers created a batch earlier), a
+// set entry no key references. Deletes,
 // updates and the references a sync takes on objects already written are
 // immediate, as is everything outside a deferring scope (a direct Sync).
 // An object is recorded for the keys that wanted it only once the kernel
@@ -162,10 +167,16 @@ type pendingSet struct {
 	bytes   int // their room in a message
 }
 
-// pendingServer is a virtual server key wants created.
+// pendingServer is a virtual server key wants created, with its real
+// servers, or, when existing, the real servers key wants added to one of
+// its virtual servers that is there already.
 type pendingServer struct {
-	key string
-	vs  VirtualServerState
+	key      string
+	vs       VirtualServerState
+	existing bool
+	// hadNone: the existing virtual server had no real server before this
+	// sync (a UDP one's stale flows are cleaned when these are written).
+	hadNone bool
 }
 
 func newPendingWrites(clk clock.WithDelayedExecution) *pendingWrites {
@@ -254,6 +265,14 @@ func (p *pendingWrites) addServer(key string, v VirtualServerState) {
 	p.serverMsgs += serverMessages(p.servers[len(p.servers)-1])
 }
 
+// addReals defers adding reals to vs, a virtual server of key's that is
+// in the kernel and in key's record (hadNone: with no real server yet).
+func (p *pendingWrites) addReals(key string, vs ipvs.VirtualServer, reals []ipvs.RealServer, hadNone bool) {
+	p.deferring(key)
+	p.servers = append(p.servers, pendingServer{key: key, vs: VirtualServerState{VS: vs, Reals: reals}, existing: true, hadNone: hadNone})
+	p.serverMsgs += serverMessages(p.servers[len(p.servers)-1])
+}
+
 // beginWait starts the clock on the first write deferred into an empty
 // queue.
 func (p *pendingWrites) beginWait() { p.overdue = newDeadline(p.clock, maxDeferral) }
@@ -320,8 +339,14 @@ func (p *pendingWrites) takeServers(all bool) []pendingServer {
 	return servers
 }
 
-// serverMessages is how many messages creating s takes.
-func serverMessages(s pendingServer) int { return 1 + len(s.vs.Reals) }
+// serverMessages is how many messages writing s takes: one per real
+// server, and one for the virtual server unless it exists.
+func serverMessages(s pendingServer) int {
+	if s.existing {
+		return len(s.vs.Reals)
+	}
+	return 1 + len(s.vs.Reals)
+}
 
 // dueWrites are the deferred writes to make now.
 type dueWrites struct {

@@ -54,32 +54,36 @@ func (w *writer) flushBinds(all bool) {
 	}
 }
 
-// flushServers creates the deferred virtual servers (all, or whole
-// sends' worth) with their real servers, each settled as addVS settles
-// its writes, and records what the kernel accepted for each key. A key
-// whose virtual server was refused gives up its claim on it.
+// flushServers makes the deferred virtual servers (all, or whole sends'
+// worth) with their real servers, and the real servers deferred for
+// existing ones, each settled as addVS and addReals settle their writes,
+// and records what the kernel accepted for each key. A key whose virtual
+// server was refused gives up its claim on it.
 func (w *writer) flushServers(all bool) {
 	servers := w.pending.takeServers(all)
 	adds := make([]ipvs.ServiceAdd, len(servers))
 	for i, s := range servers {
 		reals := slices.Clone(s.vs.Reals)
 		realOrder(w.node, s.vs.VS, reals)
-		adds[i] = ipvs.ServiceAdd{VS: s.vs.VS, Reals: reals}
+		adds[i] = ipvs.ServiceAdd{VS: s.vs.VS, Reals: reals, Existing: s.existing}
 	}
 	refused := w.kernel.IPVS.AddServices(adds)
-	accepted := map[string][]VirtualServerState{}
+	created := map[string][]VirtualServerState{} // per key: its new virtual servers
+	grown := map[string][]VirtualServerState{}   // per key: real servers added to existing ones
 	for i, s := range servers {
 		var r ipvs.ServiceAddErrors
 		if refused != nil {
 			r = refused[i]
 		}
 		k := s.vs.VS.ServiceKey
-		if err := w.addedVS(s.vs.VS, r.VS); err != nil {
-			if w.rec.vsOwner[k] == s.key {
-				delete(w.rec.vsOwner, k)
+		if !s.existing {
+			if err := w.addedVS(s.vs.VS, r.VS); err != nil {
+				if w.rec.vsOwner[k] == s.key {
+					delete(w.rec.vsOwner, k)
+				}
+				w.failDeferred(s.key, err)
+				continue
 			}
-			w.failDeferred(s.key, err)
-			continue
 		}
 		got := VirtualServerState{VS: s.vs.VS}
 		var err error
@@ -87,11 +91,32 @@ func (w *writer) flushServers(all bool) {
 		if err != nil {
 			w.failDeferred(s.key, err)
 		}
-		accepted[s.key] = append(accepted[s.key], got)
+		if s.existing {
+			w.firstReals(k, s.hadNone, len(got.Reals))
+			grown[s.key] = append(grown[s.key], got)
+			continue
+		}
+		created[s.key] = append(created[s.key], got)
 	}
-	for key, added := range accepted {
+	for key, added := range created {
 		w.recordWritten(key, func(got *ServiceState) { got.VirtualServers = withAdded(got.VirtualServers, added, compareVSS) })
 	}
+	for key, more := range grown {
+		w.recordWritten(key, func(got *ServiceState) { got.VirtualServers = withReals(got.VirtualServers, more) })
+	}
+}
+
+// withReals returns a copy of vss (a record's, sorted) with the real
+// servers of each of more added to the virtual server of the same key.
+func withReals(vss, more []VirtualServerState) []VirtualServerState {
+	out := slices.Clone(vss)
+	for _, m := range more {
+		i, found := slices.BinarySearchFunc(out, m, compareVSS)
+		if found {
+			out[i].Reals = withAdded(out[i].Reals, m.Reals, compareReal)
+		}
+	}
+	return out
 }
 
 // addedVS settles the kernel's answer err to adding vs as putVS does: a

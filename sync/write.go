@@ -134,7 +134,7 @@ func (w *writer) applyVSs(key string, have, want, got []VirtualServerState) ([]V
 			}
 		},
 		func(o, n VirtualServerState) {
-			s, err := w.updateVS(o, n)
+			s, err := w.updateVS(key, o, n)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -286,10 +286,11 @@ func (w *writer) putVS(vs ipvs.VirtualServer, exists bool) error {
 	return err
 }
 
-// updateVS brings one existing virtual server from o to n: its attributes
-// in place (never delete and re-create, which would cut connections), then
-// its real servers.
-func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
+// updateVS brings one existing virtual server of key's from o to n: its
+// attributes in place (never delete and re-create, which would cut
+// connections), then its real servers; new ones wait with the deferred
+// writes when the caller defers them (recorded when written).
+func (w *writer) updateVS(key string, o, n VirtualServerState) (VirtualServerState, error) {
 	k := n.VS.ServiceKey
 	var errs []error
 	var added []ipvs.RealServer // added after the walk, in this node's order
@@ -330,15 +331,25 @@ func (w *writer) updateVS(o, n VirtualServerState) (VirtualServerState, error) {
 			w.drain.stop(k, nrs.RealKey)
 			got.Reals = append(got.Reals, nrs)
 		})
+	if w.deferring && len(added) > 0 && got.VS.Equal(n.VS) {
+		w.pending.addReals(key, n.VS, added, len(o.Reals) == 0)
+		return got, errors.Join(errs...)
+	}
 	var addErr error
 	got.Reals, addErr = w.addReals(n.VS, added, got.Reals)
 	errs = append(errs, addErr)
-	if k.Protocol == ipvs.UDP && len(o.Reals) == 0 && len(got.Reals) > 0 {
-		// Datagrams sent while the service had no backend may have left
-		// conntrack entries that would keep them from reaching the new one.
+	w.firstReals(k, len(o.Reals) == 0, len(got.Reals))
+	return got, errors.Join(errs...)
+}
+
+// firstReals cleans the stale flows of a UDP virtual server that had no
+// real server (hadNone) and has some now: datagrams sent while the
+// service had no backend may have left conntrack entries that would keep
+// them from reaching the new one.
+func (w *writer) firstReals(k ipvs.ServiceKey, hadNone bool, has int) {
+	if k.Protocol == ipvs.UDP && hadNone && has > 0 {
 		w.drain.staleUDP(conntrack.Flow{Destination: k.Address, Port: k.Port})
 	}
-	return got, errors.Join(errs...)
 }
 
 // addedReal settles the kernel's answer err to adding rs to k, and
