@@ -365,3 +365,58 @@ func BenchmarkServiceChange(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSlicesArrive is the start-up's second batch: every service was
+// programmed before its EndpointSlices came (virtual servers without real
+// servers), and now they give every virtual server its real servers, in
+// one batch. "deferred" is the runner's batch (DeferWrites: the real
+// servers pipelined across services), "alone" each service's written as
+// it is synced (one send per virtual server, as before 2026-12-05).
+// writes/op counts sends.
+func BenchmarkSlicesArrive(b *testing.B) {
+	forEachSize(b, func(b *testing.B, n int) {
+		c := cachedBenchNode(b, n).cluster
+		want := c.want()
+		bare := make(map[string]*ServiceState, len(want))
+		for k, st := range want {
+			s := *st
+			s.VirtualServers = slices.Clone(st.VirtualServers)
+			for i := range s.VirtualServers {
+				s.VirtualServers[i].Reals = nil
+			}
+			bare[k] = &s
+		}
+		for _, mode := range []struct {
+			name      string
+			deferring bool
+		}{{"deferred", true}, {"alone", false}} {
+			b.Run(mode.name, func(b *testing.B) {
+				var writes int
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					k := newBenchKernel(b, n)
+					rec := NewReconciler(k.Kernel(), ownedSetNames(), nil)
+					if res, err := fullSync(rec, bare); err != nil || len(res.Failed) > 0 {
+						b.Fatalf("services without endpoints: %v %v", err, res.Failed)
+					}
+					k.ResetCounts()
+					b.StartTimer()
+					rec.DeferWrites(mode.deferring)
+					for _, key := range c.keys {
+						if err := rec.Sync(key, want[key]); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if failed := rec.FlushWrites(); len(failed) > 0 {
+						b.Fatal(failed)
+					}
+					rec.DeferWrites(false)
+					w, _ := kernelOps(k)
+					writes += w
+				}
+				b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+			})
+		}
+	})
+}

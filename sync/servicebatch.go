@@ -63,7 +63,10 @@ func (w *writer) flushServers(all bool) {
 	servers := w.pending.takeServers(all)
 	adds := make([]ipvs.ServiceAdd, len(servers))
 	for i, s := range servers {
-		reals := slices.Clone(s.vs.Reals)
+		reals := s.vs.Reals // an existing one's: updateVS's own list
+		if !s.existing {
+			reals = slices.Clone(reals) // the wanted state's
+		}
 		realOrder(w.node, s.vs.VS, reals)
 		adds[i] = ipvs.ServiceAdd{VS: s.vs.VS, Reals: reals, Existing: s.existing}
 	}
@@ -112,7 +115,11 @@ func withReals(vss, more []VirtualServerState) []VirtualServerState {
 	out := slices.Clone(vss)
 	for _, m := range more {
 		i, found := slices.BinarySearchFunc(out, m, compareVSS)
-		if found {
+		switch {
+		case !found:
+		case len(out[i].Reals) == 0:
+			out[i].Reals = m.Reals // sorted, and the flush's own
+		default:
 			out[i].Reals = withAdded(out[i].Reals, m.Reals, compareReal)
 		}
 	}

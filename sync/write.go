@@ -100,7 +100,12 @@ func (w *writer) apply(key string, want *ServiceState) error {
 	}
 	// A service whose removal failed keeps the entries it could not drop,
 	// in the order the merge walk produced them, which is already sorted.
-	w.rec.store(key, have, got)
+	// A sync that wrote nothing yet (its writes wait: at start-up, a
+	// virtual server's first real servers) leaves the record alone: each
+	// store updates the snapshot the first pass reads (noteSynced).
+	if !got.equal(have) {
+		w.rec.store(key, have, got)
+	}
 	if w.deferring {
 		w.flushDue(w.pending.due())
 	}
@@ -294,7 +299,13 @@ func (w *writer) updateVS(key string, o, n VirtualServerState) (VirtualServerSta
 	k := n.VS.ServiceKey
 	var errs []error
 	var added []ipvs.RealServer // added after the walk, in this node's order
-	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, len(n.Reals))}
+	// Room for every wanted real server, unless new ones will wait with
+	// the deferred writes: then for those kept.
+	room := len(n.Reals)
+	if w.deferring {
+		room = len(o.Reals)
+	}
+	got := VirtualServerState{VS: o.VS, Reals: make([]ipvs.RealServer, 0, room)}
 	if !o.VS.Equal(n.VS) {
 		// In place; if it was deleted behind our back, it is added again.
 		if err := w.putVS(n.VS, true); err != nil {
