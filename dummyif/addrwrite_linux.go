@@ -10,6 +10,7 @@ package dummyif
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -111,5 +112,41 @@ func (n *Netlink) AddAddresses(addrs []netip.Addr) []error {
 // e2e/cmd/bench100k sends the proxy's very requests, so the kernel's
 // cost is the same. addr is not checked.
 func AppendAddAddressMessage(b []byte, linkIndex int, addr netip.Addr) []byte {
-	return append(b, addrRequest(unix.RTM_NEWADDR, linkIndex, addr).Serialize()...)
+	return appendAddrMessage(b, linkIndex, addr)
+}
+
+// appendAddrMessage appends the bytes of addrRequest(RTM_NEWADDR, idx,
+// addr) (its sequence number 0: the pipeline numbers each message)
+// without building the request: nl.NetlinkRequest costs 8 allocations
+// per address (the request, two attributes, their addresses' slices and
+// the serialized copies), 80,000 at a 10,000-service start where this
+// costs none in a reused buffer (TestAppendAddAddressMessage).
+func appendAddrMessage(b []byte, idx int, addr netip.Addr) []byte {
+	addr = addr.Unmap().WithZone("")
+	family, flags := byte(unix.AF_INET), byte(0)
+	if addr.Is6() {
+		family, flags = unix.AF_INET6, unix.IFA_F_NODAD
+	}
+	attrLen := unix.SizeofRtAttr + addr.BitLen()/8 // 4 or 16 bytes: no padding
+	size := unix.SizeofNlMsghdr + unix.SizeofIfAddrmsg + 2*attrLen
+	ne := binary.NativeEndian
+	b = ne.AppendUint32(b, uint32(size))
+	b = ne.AppendUint16(b, unix.RTM_NEWADDR)
+	b = ne.AppendUint16(b, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	b = ne.AppendUint32(b, 0)                            // sequence number
+	b = ne.AppendUint32(b, 0)                            // port id
+	b = append(b, family, byte(addr.BitLen()), flags, 0) // ifaddrmsg: scope universe
+	b = ne.AppendUint32(b, uint32(idx))
+	for _, typ := range []uint16{unix.IFA_LOCAL, unix.IFA_ADDRESS} {
+		b = ne.AppendUint16(b, uint16(attrLen))
+		b = ne.AppendUint16(b, typ)
+		if addr.Is4() {
+			a := addr.As4()
+			b = append(b, a[:]...)
+		} else {
+			a := addr.As16()
+			b = append(b, a[:]...)
+		}
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package dummyif
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -64,15 +65,23 @@ func TestAddressWritesWire(t *testing.T) {
 	k.ExpectRequests(addrText, want)
 }
 
-// The appended message is the request AddAddress sends.
+// The appended message is, byte for byte, the request AddAddress sends
+// (but for its sequence number, which the pipeline sets), and appending
+// it to a buffer with room allocates nothing.
 func TestAppendAddAddressMessage(t *testing.T) {
-	for _, a := range []string{"10.96.0.1", "fd00::1", "::ffff:10.96.0.2"} {
+	for _, a := range []string{"10.96.0.1", "fd00::1", "::ffff:10.96.0.2", "fe80::1%eth0"} {
 		addr := netip.MustParseAddr(a)
 		got := AppendAddAddressMessage([]byte{1, 2, 3, 4}, 7, addr)
 		want := addrRequest(unix.RTM_NEWADDR, 7, addr).Serialize()
-		if len(got) != 4+len(want) || addrText(got[4:]) != addrText(want) {
-			t.Errorf("%s: got %s, want %s", a, addrText(got[4:]), addrText(want))
+		binary.NativeEndian.PutUint32(want[8:], 0) // the sequence number
+		if !bytes.Equal(got[:4], []byte{1, 2, 3, 4}) || !bytes.Equal(got[4:], want) {
+			t.Errorf("%s: got %x (%s),\nwant %x (%s)", a, got[4:], addrText(got[4:]), want, addrText(want))
 		}
+	}
+	buf := make([]byte, 0, 256)
+	addr := netip.MustParseAddr("fd00::1")
+	if n := testing.AllocsPerRun(100, func() { buf = AppendAddAddressMessage(buf[:0], 7, addr) }); n != 0 {
+		t.Errorf("%v allocations per message, want 0", n)
 	}
 }
 
