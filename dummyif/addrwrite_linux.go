@@ -71,7 +71,9 @@ func (n *Netlink) AddAddresses(addrs []netip.Addr) []error {
 		errs[i] = fmt.Errorf("add address %s to %s: %w", addrs[i], n.name, err)
 	}
 	sent := make([]int, 0, len(addrs))
-	var b []byte
+	// Room for the largest message (IPv6: header, ifaddrmsg, two
+	// 16-byte attributes) per address: one allocation, not a doubling.
+	b := make([]byte, 0, len(addrs)*(unix.SizeofNlMsghdr+unix.SizeofIfAddrmsg+2*(unix.SizeofRtAttr+16)))
 	for i, a := range addrs {
 		if err := checkAddr(a); err != nil {
 			fail(i, err) // never sent, as by AddAddress
