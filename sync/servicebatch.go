@@ -117,6 +117,8 @@ func withReals(vss, more []VirtualServerState) []VirtualServerState {
 		i, found := slices.BinarySearchFunc(out, m, compareVSS)
 		switch {
 		case !found:
+			// Not reached: a key's waiting writes are made (settle) before
+			// anything replaces its record.
 		case len(out[i].Reals) == 0:
 			out[i].Reals = m.Reals // sorted, and the flush's own
 		default:
