@@ -248,11 +248,21 @@ func (s *kernelSnapshot) noteSynced(rec *record, old, now *ServiceState) {
 			continue
 		}
 		kv.set(v.VS)
-		if kv.loaded {
-			var before []ipvs.RealServer
-			if o := findIn(old, v.VS.ServiceKey); o != nil {
-				before = o.Reals
-			}
+		if !kv.loaded {
+			continue
+		}
+		var before []ipvs.RealServer
+		if o := findIn(old, v.VS.ServiceKey); o != nil {
+			before = o.Reals
+		}
+		switch {
+		case sameSlice(before, v.Reals):
+			// This store changed no real server of it (records share the
+			// slices of what did not change: an address or set entry of
+			// the service was written).
+		case len(kv.reals) == 0 && len(before) == 0:
+			kv.reals = v.Reals // the record's, never changed in place
+		default:
 			kv.reals = mergeReals(kv.reals, before, v.Reals)
 		}
 	}
@@ -290,6 +300,12 @@ func mergeReals(kernel, before, after []ipvs.RealServer) []ipvs.RealServer {
 		}
 	}
 	return out
+}
+
+// sameSlice reports whether a and b are the same elements of the same
+// array (both empty counts).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func findIn(st *ServiceState, k ipvs.ServiceKey) *VirtualServerState {
