@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 )
 
 const kpHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
@@ -371,5 +372,32 @@ func TestWriteConfigToRoundTrips(t *testing.T) {
 	def.ConfigFile = ""
 	if !reflect.DeepEqual(settings(def), *NewOptions()) {
 		t.Errorf("defaults changed on round trip: %+v", *def)
+	}
+}
+
+// The configuration deploy/configmap.yaml ships is one the binary takes
+// as it is: no error, no warning, and the settings its comments promise.
+func TestShippedConfigMapLoads(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(raw, &cm); err != nil || cm.Data["config.conf"] == "" {
+		t.Fatalf("deploy/configmap.yaml: %v, data %v", err, cm.Data)
+	}
+	o, cf, err := load(t, "--config", writeFile(t, cm.Data["config.conf"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cf.Warnings(); len(w) > 0 {
+		t.Errorf("warnings for the shipped configuration: %q", w)
+	}
+	if o.Scheduler != "rr" || o.SyncPeriod != 30*time.Second || o.MinSyncPeriod != time.Second ||
+		o.MetricsBindAddress != "127.0.0.1:10249" || o.HealthzBindAddress != "0.0.0.0:10256" ||
+		o.IPTablesBackend != "auto" || o.RealsCheckPeriod != 0 {
+		t.Errorf("shipped settings: %+v", settings(o))
 	}
 }
