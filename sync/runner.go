@@ -278,16 +278,23 @@ func (r *Runner) Run(ctx context.Context, synced func() bool) {
 }
 
 func (r *Runner) beginStreaming() bool {
+	began := r.clock.Now()
 	if r.cfg.Prepare != nil {
 		if err := r.cfg.Prepare(); err != nil {
 			klog.ErrorS(err, "Preparing node-wide objects failed; programming waits for the informers")
 			return false
 		}
 	}
+	prepared := r.clock.Now()
 	if err := r.rec.BeginAdoption(); err != nil {
 		klog.ErrorS(err, "Reading the kernel at start failed; programming waits for the informers")
 		return false
 	}
+	// Nothing is programmed before this line: how long the node-wide
+	// objects and the kernel's read took tells a slow start from a slow
+	// API server.
+	klog.InfoS("Node-wide objects in place and the kernel read; programming services as they arrive",
+		"prepare", prepared.Sub(began), "read", r.clock.Since(prepared), "sinceStart", r.clock.Since(r.cfg.Started))
 	return true
 }
 

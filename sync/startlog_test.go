@@ -48,9 +48,11 @@ func captureLogs(t *testing.T) *logBuffer {
 	return b
 }
 
-// The start-up's two milestones name the process's CPU so far, which
-// splits a node's start-up cost into receiving the cluster and
-// programming it (bench100k reads both lines).
+// The start-up's milestones are logged: when programming can begin (with
+// how long the node-wide objects and the kernel's read took), and the
+// two that name the process's CPU so far, which splits a node's start-up
+// cost into receiving the cluster and programming it (bench100k reads
+// them).
 func TestStartupLinesNameTheProcessCPU(t *testing.T) {
 	logs := captureLogs(t)
 	var calls gosync.Mutex
@@ -67,6 +69,9 @@ func TestStartupLinesNameTheProcessCPU(t *testing.T) {
 	h.run(t)
 	h.synced.Store(true)
 	eventually(t, "the first full pass done", h.runner.Ready)
+	if l := logs.line(`"Node-wide objects in place and the kernel read; programming services as they arrive"`); !strings.Contains(l, "prepare=") || !strings.Contains(l, "read=") {
+		t.Errorf("no line saying when programming could begin, with how long preparing and reading took: %q", l)
+	}
 	listed := logs.line(`"Informers have delivered their initial lists"`)
 	ready := logs.line(`"Ready: the first full pass has programmed every service"`)
 	if !strings.Contains(listed, `cpu="1.75s"`) || !strings.Contains(ready, `cpu="2s"`) {

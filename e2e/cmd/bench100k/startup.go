@@ -72,6 +72,11 @@ type proxyLog struct {
 	CriticalSeconds        float64 `json:"criticalProgrammedSinceStart"`
 	InformersSyncedSeconds float64 `json:"informersSyncedAfter"`
 	ReadySeconds           float64 `json:"readySinceStart"`
+	// When the proxy could begin programming (its node-wide objects in
+	// place and the kernel read), and how long those two took.
+	BeginSeconds   float64 `json:"programmingBeganSinceStart"`
+	PrepareSeconds float64 `json:"prepareSeconds"`
+	ReadSeconds    float64 `json:"startReadSeconds"`
 	// The proxy's CPU time (its own getrusage) when its informers had
 	// delivered their lists and when it was Ready: receiving the
 	// cluster against programming it.
@@ -278,7 +283,7 @@ func (s startup) criticalAfterInformers() (float64, bool) {
 //	I1205 00:01:02.135597     109 runner.go:262] "Informers have delivered their initial lists" sinceStart="9.2s" cpu="7.51s"
 func parseProxyLog(text string, launched time.Time) proxyLog {
 	l := proxyLog{CriticalSeconds: -1, InformersSyncedSeconds: -1, ReadySeconds: -1, StartOffsetSeconds: -1,
-		InformersSyncedCPU: -1, ReadyCPU: -1}
+		InformersSyncedCPU: -1, ReadyCPU: -1, BeginSeconds: -1, PrepareSeconds: -1, ReadSeconds: -1}
 	if i := strings.LastIndex(text, "===== bench100k: starting "); i >= 0 {
 		text = text[i:]
 	}
@@ -292,6 +297,10 @@ func parseProxyLog(text string, launched time.Time) proxyLog {
 			if at, ok := klogTime(line, launched); ok && l.CriticalSeconds >= 0 {
 				l.StartOffsetSeconds = max(0, at.Sub(launched).Seconds()-l.CriticalSeconds)
 			}
+		case l.BeginSeconds < 0 && strings.Contains(line, `] "Node-wide objects in place and the kernel read`):
+			kv := klogValues(line)
+			l.BeginSeconds = durationSeconds(kv["sinceStart"])
+			l.PrepareSeconds, l.ReadSeconds = durationSeconds(kv["prepare"]), durationSeconds(kv["read"])
 		case l.InformersSyncedCPU < 0 && strings.Contains(line, `] "Informers have delivered their initial lists"`):
 			l.InformersSyncedCPU = durationSeconds(klogValues(line)["cpu"])
 		case l.ReadySeconds < 0 && strings.Contains(line, `] "Ready: the first full pass`):
@@ -425,6 +434,8 @@ func (r *report) startupMarkdown(b *strings.Builder) {
 	row("/readyz first answered 200", "%s (polled every %v; last answer: %s)", seconds(s.ReadyzSeconds, "never"), readyzPollEvery, orNone(s.ReadyzLastStatus))
 	verdict, _ := readyVerdict(s.ReadyzSeconds, r.Programmed)
 	row("/readyz 200 against the kernel complete", "%s", verdict)
+	row(`proxy log "Node-wide objects in place and the kernel read": sinceStart (prepare / read)`, "%s (%s / %s)",
+		seconds(s.ProxyLog.BeginSeconds, "not logged"), seconds(s.ProxyLog.PrepareSeconds, "?"), seconds(s.ProxyLog.ReadSeconds, "?"))
 	row(`proxy log "Ready": sinceStart`, "%s", seconds(s.ProxyLog.ReadySeconds, "not logged"))
 	row("proxy CPU (its log): until the informers had delivered / until Ready", "%s / %s",
 		seconds(s.ProxyLog.InformersSyncedCPU, "not logged"), seconds(s.ProxyLog.ReadyCPU, "not logged"))

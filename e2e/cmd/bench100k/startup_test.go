@@ -22,6 +22,7 @@ I1202 05:30:45.000000     100 batch.go:362] "Ready: the first full pass has prog
 
 ===== bench100k: starting bin/ipvsproxy --kubeconfig k at 2026-12-02T05:40:10.5Z
 I1202 05:40:11.000000     183 run.go:47] "Starting" version="v0.1.0 (abc)"
+I1202 05:40:11.400000     183 runner.go:295] "Node-wide objects in place and the kernel read; programming services as they arrive" prepare="612ms" read="88ms" sinceStart="900ms"
 I1202 05:40:30.200000     183 runner.go:262] "Informers have delivered their initial lists" sinceStart="19.5s" cpu="12.25s"
 I1202 05:40:32.714205     183 batch.go:244] "Critical services programmed" services=2 sinceStart="22.014205s" informersSyncedAfter="19.5s"
 I1202 05:40:33.219338     183 batch.go:362] "Ready: the first full pass has programmed every service" services=10004 sinceStart="1m22.5s" cpu="1m1.5s"
@@ -36,12 +37,13 @@ func TestParseProxyLog(t *testing.T) {
 	// the proxy's start: the proxy's clock began 0.2 s after the launch.
 	if l.CriticalServices != 2 || !near(l.CriticalSeconds, 22.014205) || !near(l.InformersSyncedSeconds, 19.5) ||
 		!near(l.ReadySeconds, 82.5) || !near(l.StartOffsetSeconds, 0.2) ||
-		!near(l.InformersSyncedCPU, 12.25) || !near(l.ReadyCPU, 61.5) {
+		!near(l.InformersSyncedCPU, 12.25) || !near(l.ReadyCPU, 61.5) ||
+		!near(l.BeginSeconds, 0.9) || !near(l.PrepareSeconds, 0.612) || !near(l.ReadSeconds, 0.088) {
 		t.Errorf("parsed %+v", l)
 	}
 	none := parseProxyLog("===== bench100k: starting x\nI1202 05:40:11.000000 1 run.go:47] \"Starting\"\n", launched)
 	if none.CriticalSeconds != -1 || none.InformersSyncedSeconds != -1 || none.ReadySeconds != -1 || none.StartOffsetSeconds != -1 ||
-		none.InformersSyncedCPU != -1 || none.ReadyCPU != -1 {
+		none.InformersSyncedCPU != -1 || none.ReadyCPU != -1 || none.BeginSeconds != -1 {
 		t.Errorf("a proxy that logged none of it: %+v", none)
 	}
 }
