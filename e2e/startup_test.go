@@ -103,10 +103,16 @@ func TestReadyzAndStartupTaint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{`"Critical services programmed"`, `"Removed the startup taint from the Node"`, `"Ready: the first full pass has programmed every service"`} {
+	// The Services and slices came over a streamed list (watch-list) from
+	// this kube-apiserver, not by the fallback to plain lists.
+	for _, line := range []string{`"Critical services programmed"`, `"Removed the startup taint from the Node"`, `"Ready: the first full pass has programmed every service"`,
+		`"Initial list streamed" resource="services"`, `"Initial list streamed" resource="endpointslices"`} {
 		if !strings.Contains(string(log), line) {
 			t.Errorf("log %s lacks %s", p.LogPath, line)
 		}
+	}
+	if strings.Contains(string(log), "could not be streamed") {
+		t.Errorf("log %s: an initial list fell back to a plain list", p.LogPath)
 	}
 	if v, err := framework.Metric("ipvsproxy_critical_services_programmed_seconds"); err != nil || v <= 0 {
 		t.Errorf("ipvsproxy_critical_services_programmed_seconds = %v (%v), want the seconds from start", v, err)

@@ -5,6 +5,8 @@ import (
 
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // ProxySlice is what the proxy keeps of one EndpointSlice: the informer's
@@ -52,6 +54,29 @@ type ProxyEndpoint struct {
 // 232-byte ObjectMeta in every stored slice.
 func (s *ProxySlice) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}
+}
+
+// GetObjectKind and DeepCopyObject make a ProxySlice a runtime.Object:
+// the informer's list path takes a list of those, and a streamed list
+// hands over its slices already compacted (cmd/ipvsproxy/app,
+// streamedLister). A ProxySlice has no kind of its own.
+func (s *ProxySlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies everything but the interned strings, which are
+// never changed.
+func (s *ProxySlice) DeepCopyObject() runtime.Object {
+	out := *s
+	if s.Ports != nil {
+		out.Ports = make([]discovery.EndpointPort, len(s.Ports))
+		for i := range s.Ports {
+			s.Ports[i].DeepCopyInto(&out.Ports[i])
+		}
+	}
+	out.Endpoints = append([]ProxyEndpoint(nil), s.Endpoints...)
+	for i := range out.Endpoints {
+		out.Endpoints[i].Hints = out.Endpoints[i].Hints.DeepCopy()
+	}
+	return &out
 }
 
 // key returns the key of the service the slice belongs to, or "" for a

@@ -246,3 +246,28 @@ func TestStripSharesRepeatedValues(t *testing.T) {
 		t.Error("a shared family list has room to be appended to in place")
 	}
 }
+
+// TestProxySliceDeepCopy: a copy (what client-go makes of a runtime.Object
+// it must not share) changes nothing of the original when changed.
+func TestProxySliceDeepCopy(t *testing.T) {
+	orig := NewProxySlice(&discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discovery.LabelServiceName: "web"}},
+		Ports:      []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80)}},
+		Endpoints: []discovery.Endpoint{{Addresses: []string{"10.0.0.1"},
+			Hints: &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "a"}}}}},
+	})
+	want := fmt.Sprintf("%+v %+v %+v", *orig, orig.Ports[0], *orig.Endpoints[0].Hints)
+	cp, ok := orig.DeepCopyObject().(*ProxySlice)
+	if !ok || !reflect.DeepEqual(cp, orig) {
+		t.Fatalf("copy %#v, want equal to %#v", cp, orig)
+	}
+	if !orig.GetObjectKind().GroupVersionKind().Empty() {
+		t.Error("a ProxySlice has a kind")
+	}
+	cp.Ports[0].Port = ptr.To[int32](81)
+	cp.Endpoints[0].Ready = false
+	cp.Endpoints[0].Hints.ForZones[0].Name = "b"
+	if got := fmt.Sprintf("%+v %+v %+v", *orig, orig.Ports[0], *orig.Endpoints[0].Hints); got != want {
+		t.Errorf("changing the copy changed the original:\n%s\nwas\n%s", got, want)
+	}
+}

@@ -30,15 +30,12 @@ type promptListWatch struct {
 	min, max time.Duration
 	what     string
 	sleep    func(ctx context.Context, d time.Duration) bool // tests replace it
-
-	// noWatchList says the client cannot stream an initial list over a
-	// watch (client-go's fake): the reflector then lists.
-	noWatchList bool
 }
 
-// IsWatchListSemanticsUnSupported tells the reflector whether to list
-// instead of streaming the initial list (client-go asks its list-watcher).
-func (p *promptListWatch) IsWatchListSemanticsUnSupported() bool { return p.noWatchList }
+// IsWatchListSemanticsUnSupported is asked by the reflector: it lists,
+// and never streams the initial list itself. The proxy's List streams it
+// (streamedLister).
+func (p *promptListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 func newPromptListWatch(what string, lw cache.ListerWatcherWithContext) *promptListWatch {
 	return &promptListWatch{lw: lw, min: time.Second, max: 5 * time.Second, what: what, sleep: sleepCtx}

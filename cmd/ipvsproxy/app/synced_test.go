@@ -28,14 +28,14 @@ func TestSyncedWaitsForTheHandler(t *testing.T) {
 	}
 	handled := make(chan string, 3)
 	release := make(chan struct{})
-	inf := newInformer(client, "services", &cache.ListWatch{
+	inf := newInformer("services", &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Services("").List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return client.CoreV1().Services("").Watch(ctx, o)
 		},
-	}, &v1.Service{}, cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+	}, nil, &v1.Service{}, cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
 		name := obj.(*v1.Service).Name
 		handled <- name
 		if name == "s2" { // the list's last: held until released

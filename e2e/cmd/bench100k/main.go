@@ -69,6 +69,7 @@ import (
 type config struct {
 	n, samples, requests, fullPasses int
 	procCheckMax, minChanges         int
+	profileLaunch                    bool
 	seed                             uint64
 	ipvsproxy, results, node         string
 	proxyArgs                        []string // more flags for the proxy (--proxy-args)
@@ -85,6 +86,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&c.fullPasses, "full-passes", 2, "periodic full passes to time after the kernel is complete")
 	flag.IntVar(&c.minChanges, "min-changes", 100, "endpoint changes to make and time, at least, while the full passes are timed (about a third fall during passes)")
 	flag.Uint64Var(&c.seed, "seed", 9, "seed of the sample")
+	flag.BoolVar(&c.profileLaunch, "profile-launch", false, "keep the proxy's CPU profile from its launch through its start-up (cpu-from-launch.pprof); the profiler's signals slow the start-up in user-mode Linux (13.4 s of CPU to Ready against 10.6 s), so the start-up's figures are not comparable with runs without it")
 	flag.IntVar(&c.procCheckMax, "proc-check-max", 20000, "read /proc/net/ip_vs at the end up to this many services (its cost grows with the square: 12 s at 20,000, more than 12 min at 100,000)")
 	flag.StringVar(&c.ipvsproxy, "ipvsproxy", "bin/ipvsproxy", "the proxy binary")
 	flag.StringVar(&c.results, "results", os.Getenv("E2E_RESULTS"), "folder for the results")
@@ -231,6 +233,10 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 		return err
 	}
 	start := watchStartup(begin)
+	r.LaunchProfiled = c.profileLaunch
+	if c.profileLaunch {
+		go saveLaunchCPUProfile(filepath.Join(c.results, "cpu-from-launch.pprof"), c.n)
+	}
 	r.Startup.MetricSeconds = -1
 	defer func() {
 		// The polls end before the proxy: /readyz would only be refused.

@@ -23,6 +23,8 @@ type report struct {
 	WantReals    int    `json:"wantRealServers"`
 	Commit       string `json:"ipvsproxyVersion"`
 	ProxyArgs    string `json:"ipvsproxyArgs"`
+	// LaunchProfiled: the start-up ran under the CPU profiler (slower).
+	LaunchProfiled bool `json:"launchProfiled"`
 
 	FillSeconds    float64 `json:"fakeClientsetFillSeconds"`
 	GeneratorRSSKB int     `json:"generatorRssKB"` // this process after filling the fake
@@ -83,6 +85,9 @@ func (r *report) markdown() string {
 	row := func(k, format string, v ...any) { fmt.Fprintf(&b, "| %s | "+format+" |\n", append([]any{k}, v...)...) }
 	fmt.Fprintf(&b, "N = %d services × %d endpoints (%d NodePort): %d virtual servers, %d real servers; %s\n\n",
 		r.N, r.EndpointsPer, r.NodePorts, r.WantVS, r.WantReals, r.Commit)
+	if r.LaunchProfiled {
+		b.WriteString("The start-up ran under the CPU profiler (--profile-launch: cpu-from-launch.pprof); its times are slower than without.\n\n")
+	}
 	b.WriteString("| measure | value |\n|---|---:|\n")
 	prev := "none"
 	if r.Programmed.PrevReadSeconds >= 0 {
