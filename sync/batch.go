@@ -37,6 +37,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	}
 	queuedAt := r.lastQueued.Swap(0)
 	start := r.clock.Now()
+	r.unchangedKeys = 0
 	f := failures{queued: map[string]error{}, other: map[string]error{}}
 	// The batch's new objects wait and go many per round trip (deferred.go).
 	r.rec.DeferWrites(true)
@@ -75,7 +76,7 @@ func (r *Runner) processBatch(ctx context.Context, b batch) {
 	}
 	r.rep.serviceFailures(append(keys, affected...), failed)
 	logSlowBatch(b, len(keys)+len(affected), end.Sub(start), passFinished)
-	logSyncedChanges(keys, queuedAt, start, end)
+	logSyncedChanges(keys, r.unchangedKeys, queuedAt, start, end)
 	r.metrics.synced(passFinished, start, end, queuedAt, failures, nodeOK, r.queue.Len())
 	if len(keys) == 0 {
 		return // a step of a pass: nothing to coalesce
@@ -110,9 +111,10 @@ func logSlowBatch(b batch, services int, took time.Duration, passFinished bool) 
 // the change's write time, bench100k splits a slow change into its
 // delivery to the proxy, its wait for the loop, the batch and what came
 // after. first is the first key synced, which the queue hands out
-// oldest first; queuedAt is the oldest change's stamp (at most
+// oldest first; unchanged counts the keys handed back without a sync
+// (syncTaken); queuedAt is the oldest change's stamp (at most
 // stampResolution early).
-func logSyncedChanges(keys []string, queuedAt int64, start, end time.Time) {
+func logSyncedChanges(keys []string, unchanged int, queuedAt int64, start, end time.Time) {
 	if len(keys) == 0 || !klog.V(2).Enabled() {
 		return
 	}
@@ -120,7 +122,8 @@ func logSyncedChanges(keys []string, queuedAt int64, start, end time.Time) {
 	if queuedAt != 0 {
 		waited = start.Sub(time.Unix(0, queuedAt))
 	}
-	klog.V(2).InfoS("Synced changes", "services", len(keys), "first", keys[0], "waited", waited, "took", end.Sub(start))
+	klog.V(2).InfoS("Synced changes", "services", len(keys), "unchanged", unchanged, "first", keys[0],
+		"waited", waited, "took", end.Sub(start))
 }
 
 // syncEach syncs keys in order. Before each one it syncs the critical
@@ -158,7 +161,20 @@ func (r *Runner) syncEach(keys []string, fromQueue bool, f failures) []string {
 type failures struct{ queued, other map[string]error }
 
 // syncTaken syncs a key taken from the queue and hands it back.
+//
+// A key whose last sync read its latest change and succeeded is handed
+// back without a sync: it was queued again for a change that arrived
+// while it waited in a batch, which then synced it with that change. At
+// start-up the EndpointSlices arrive while the Services' batch runs,
+// and the next batch built and compared thousands of such keys again,
+// with nothing to write. A critical key the start-up still follows is
+// always synced (criticalProgress counts its syncs).
 func (r *Runner) syncTaken(k string, f failures) {
+	if r.critical.syncing(k) == 0 && !r.tracker.Unsynced(k) {
+		r.unchangedKeys++
+		r.done(k, nil)
+		return
+	}
 	err := r.syncKey(k)
 	if err != nil {
 		f.queued[k] = err
@@ -190,8 +206,10 @@ func (r *Runner) done(k string, err error) {
 	r.queue.Done(k)
 }
 
-// retryLater queues k again after its backoff.
+// retryLater queues k again after its backoff; its next sync is not
+// skipped (syncTaken).
 func (r *Runner) retryLater(k string) {
+	r.tracker.MarkUnsynced(k)
 	r.clock.AfterFunc(r.retry.When(k), func() { r.enqueue(k) })
 }
 
@@ -245,7 +263,7 @@ func (r *Runner) clearStaleFlows() {
 // build computes one service's desired state, reports its problems, and
 // passes on what the health checks and metrics need.
 func (r *Runner) build(key string) *ServiceState {
-	svc, slices := r.tracker.Get(key)
+	svc, slices := r.tracker.GetToSync(key)
 	b := Build(svc, slices, &r.cfg.Build)
 	r.rep.problems(key, svc, b.Problems)
 	if r.cfg.HealthChecks != nil {

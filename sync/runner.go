@@ -115,6 +115,9 @@ type Runner struct {
 	// passPrepareTook is the running pass's node set-up (Prepare),
 	// logged with the pass's duration.
 	passPrepareTook time.Duration
+	// unchangedKeys counts the running batch's keys handed back without
+	// a sync (syncTaken); owned by the loop.
+	unchangedKeys int
 }
 
 // NewRunner wires a Runner to a Tracker and a Reconciler. It takes over the

@@ -23,6 +23,15 @@ type Tracker struct {
 	// out without copying.
 	slices  map[string][]*ProxySlice
 	sliceOf map[string]string // "namespace/slice" → service key
+	// unsynced holds the keys changed since a sync last read them
+	// (GetToSync), and those whose last sync failed (MarkUnsynced): a key
+	// queued again for a change its sync had already read is skipped
+	// (Runner.syncTaken). Most of the time it holds the few keys in the
+	// queue; unsyncedMost, its largest size since it was last made, lets
+	// it be made again small once a start-up's keys have drained (a Go map
+	// never shrinks).
+	unsynced     map[string]struct{}
+	unsyncedMost int
 
 	// OnChange is called (outside the lock) with the key of every service
 	// whose Service or EndpointSlices changed; endpoints says which.
@@ -35,6 +44,7 @@ func NewTracker() *Tracker {
 		services: map[string]*v1.Service{},
 		slices:   map[string][]*ProxySlice{},
 		sliceOf:  map[string]string{},
+		unsynced: map[string]struct{}{},
 	}
 }
 
@@ -45,6 +55,47 @@ func (t *Tracker) Get(key string) (*v1.Service, []*ProxySlice) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.services[key], t.slices[key]
+}
+
+// GetToSync is Get for a sync that builds from what it returns: key is
+// not Unsynced from now until its next change.
+func (t *Tracker) GetToSync(key string) (*v1.Service, []*ProxySlice) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.unsynced, key)
+	if len(t.unsynced) == 0 && t.unsyncedMost > unsyncedKeep {
+		t.unsynced, t.unsyncedMost = map[string]struct{}{}, 0
+	}
+	return t.services[key], t.slices[key]
+}
+
+// unsyncedKeep is the size up to which the emptied unsynced map is kept
+// rather than made again.
+const unsyncedKeep = 1024
+
+// Unsynced reports whether key changed since a sync last read it
+// (GetToSync), or whether that sync failed (MarkUnsynced).
+func (t *Tracker) Unsynced(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.unsynced[key]
+	return ok
+}
+
+// MarkUnsynced says that a sync of key failed: the next one must build
+// and sync it again, changed or not.
+func (t *Tracker) MarkUnsynced(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.markLocked(key)
+}
+
+func (t *Tracker) markLocked(key string) {
+	if key == "" {
+		return
+	}
+	t.unsynced[key] = struct{}{}
+	t.unsyncedMost = max(t.unsyncedMost, len(t.unsynced))
 }
 
 // Keys returns every service key the tracker knows, with a Service or with
@@ -110,6 +161,7 @@ func (t *Tracker) setService(obj any) {
 	key := svc.Namespace + "/" + svc.Name
 	t.mu.Lock()
 	t.services[key] = svc
+	t.markLocked(key)
 	t.mu.Unlock()
 	t.notify(key, false)
 }
@@ -125,6 +177,7 @@ func (t *Tracker) deleteService(obj any) {
 	key := svc.Namespace + "/" + svc.Name
 	t.mu.Lock()
 	delete(t.services, key)
+	t.markLocked(key)
 	t.mu.Unlock()
 	t.notify(key, false)
 }
@@ -166,7 +219,9 @@ func (t *Tracker) setSlice(obj any) {
 	prev, had := t.sliceOf[id]
 	if had && prev != key {
 		t.dropSliceLocked(prev, s.Name)
+		t.markLocked(prev)
 	}
+	t.markLocked(key)
 	if key != "" {
 		t.putSliceLocked(key, s)
 		if !had || prev != key {
@@ -196,6 +251,7 @@ func (t *Tracker) deleteSlice(obj any) {
 	if had {
 		t.dropSliceLocked(key, name)
 		delete(t.sliceOf, id)
+		t.markLocked(key)
 	}
 	t.mu.Unlock()
 	if had {
