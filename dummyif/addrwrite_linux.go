@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,35 +24,6 @@ func checkAddr(addr netip.Addr) error {
 		return errors.New("invalid address")
 	}
 	return nil
-}
-
-// addrRequest is RTM_NEWADDR (create, failing with EEXIST when bound) or
-// RTM_DELADDR for addr as a host route (/32 or /128) on link idx, as
-// `ip addr add ADDR/32 dev kube-ipvs0` sends it: IFA_LOCAL and
-// IFA_ADDRESS both the address. IPv4-mapped IPv6 addresses are unmapped
-// and zones dropped: the kernel stores neither. IPv6 addresses are added
-// with IFA_F_NODAD (see AddAddress).
-func addrRequest(typ int, idx int, addr netip.Addr) *nl.NetlinkRequest {
-	addr = addr.Unmap().WithZone("")
-	flags := unix.NLM_F_ACK
-	if typ == unix.RTM_NEWADDR {
-		flags |= unix.NLM_F_CREATE | unix.NLM_F_EXCL
-	}
-	req := nl.NewNetlinkRequest(typ, flags)
-	family := unix.AF_INET
-	if addr.Is6() {
-		family = unix.AF_INET6
-	}
-	msg := nl.NewIfAddrmsg(family)
-	msg.Prefixlen = uint8(addr.BitLen())
-	msg.Index = uint32(idx)
-	if addr.Is6() && typ == unix.RTM_NEWADDR {
-		msg.Flags = unix.IFA_F_NODAD
-	}
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, addr.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, addr.AsSlice()))
-	return req
 }
 
 // AddAddresses binds addrs as AddAddress binds each, pipelined
@@ -114,34 +84,46 @@ func (n *Netlink) AddAddresses(addrs []netip.Addr) []error {
 // e2e/cmd/bench100k sends the proxy's very requests, so the kernel's
 // cost is the same. addr is not checked.
 func AppendAddAddressMessage(b []byte, linkIndex int, addr netip.Addr) []byte {
-	return appendAddrMessage(b, linkIndex, addr)
+	return appendAddrMessage(b, unix.RTM_NEWADDR, linkIndex, addr)
 }
 
-// appendAddrMessage appends the bytes of addrRequest(RTM_NEWADDR, idx,
-// addr) (its sequence number 0: the pipeline numbers each message)
-// without building the request: nl.NetlinkRequest costs 8 allocations
-// per address (the request, two attributes, their addresses' slices and
-// the serialized copies), 80,000 at a 10,000-service start where this
-// costs none in a reused buffer (TestAppendAddAddressMessage).
-func appendAddrMessage(b []byte, idx int, addr netip.Addr) []byte {
+// appendAddrMessage appends RTM_NEWADDR (create, failing with EEXIST
+// when bound) or RTM_DELADDR for addr as a host route (/32 or /128) on
+// link idx, as `ip addr add ADDR/32 dev kube-ipvs0` sends it: IFA_LOCAL
+// and IFA_ADDRESS both the address, IPv4-mapped IPv6 addresses unmapped
+// and zones dropped (the kernel stores neither), IPv6 addresses added
+// with IFA_F_NODAD (see AddAddress). Its sequence number is 0: the
+// connection numbers each message. Written straight into b, not through
+// nl.NetlinkRequest, which costs 8 allocations per address (the request,
+// two attributes, their addresses' slices and the serialized copies),
+// 80,000 at a 10,000-service start where this costs none in a reused
+// buffer (TestAppendAddAddressMessage).
+func appendAddrMessage(b []byte, typ uint16, idx int, addr netip.Addr) []byte {
 	addr = addr.Unmap().WithZone("")
-	family, flags := byte(unix.AF_INET), byte(0)
+	family, ifaFlags := byte(unix.AF_INET), byte(0)
 	if addr.Is6() {
-		family, flags = unix.AF_INET6, unix.IFA_F_NODAD
+		family = unix.AF_INET6
+	}
+	msgFlags := uint16(unix.NLM_F_REQUEST | unix.NLM_F_ACK)
+	if typ == unix.RTM_NEWADDR {
+		msgFlags |= unix.NLM_F_CREATE | unix.NLM_F_EXCL
+		if addr.Is6() {
+			ifaFlags = unix.IFA_F_NODAD
+		}
 	}
 	attrLen := unix.SizeofRtAttr + addr.BitLen()/8 // 4 or 16 bytes: no padding
 	size := unix.SizeofNlMsghdr + unix.SizeofIfAddrmsg + 2*attrLen
 	ne := binary.NativeEndian
 	b = ne.AppendUint32(b, uint32(size))
-	b = ne.AppendUint16(b, unix.RTM_NEWADDR)
-	b = ne.AppendUint16(b, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
-	b = ne.AppendUint32(b, 0)                            // sequence number
-	b = ne.AppendUint32(b, 0)                            // port id
-	b = append(b, family, byte(addr.BitLen()), flags, 0) // ifaddrmsg: scope universe
+	b = ne.AppendUint16(b, typ)
+	b = ne.AppendUint16(b, msgFlags)
+	b = ne.AppendUint32(b, 0)                               // sequence number
+	b = ne.AppendUint32(b, 0)                               // port id
+	b = append(b, family, byte(addr.BitLen()), ifaFlags, 0) // ifaddrmsg: scope universe
 	b = ne.AppendUint32(b, uint32(idx))
-	for _, typ := range []uint16{unix.IFA_LOCAL, unix.IFA_ADDRESS} {
+	for _, attr := range []uint16{unix.IFA_LOCAL, unix.IFA_ADDRESS} {
 		b = ne.AppendUint16(b, uint16(attrLen))
-		b = ne.AppendUint16(b, typ)
+		b = ne.AppendUint16(b, attr)
 		if addr.Is4() {
 			a := addr.As4()
 			b = append(b, a[:]...)

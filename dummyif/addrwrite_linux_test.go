@@ -65,14 +65,33 @@ func TestAddressWritesWire(t *testing.T) {
 	k.ExpectRequests(addrText, want)
 }
 
-// The appended message is, byte for byte, the request AddAddress sends
-// (but for its sequence number, which the pipeline sets), and appending
+// ipAddrAddRequest is `ip addr add ADDR/32 (or /128) dev` link idx
+// nodad as vishvananda/netlink encodes it: the reference our own
+// encoder is held to.
+func ipAddrAddRequest(idx int, addr netip.Addr) *nl.NetlinkRequest {
+	addr = addr.Unmap().WithZone("")
+	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	msg := nl.NewIfAddrmsg(unix.AF_INET)
+	if addr.Is6() {
+		msg = nl.NewIfAddrmsg(unix.AF_INET6)
+		msg.Flags = unix.IFA_F_NODAD
+	}
+	msg.Prefixlen = uint8(addr.BitLen())
+	msg.Index = uint32(idx)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, addr.AsSlice()))
+	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, addr.AsSlice()))
+	return req
+}
+
+// The appended message is, byte for byte, the request `ip addr add` sends
+// (but for its sequence number, which the connection sets), and appending
 // it to a buffer with room allocates nothing.
 func TestAppendAddAddressMessage(t *testing.T) {
 	for _, a := range []string{"10.96.0.1", "fd00::1", "::ffff:10.96.0.2", "fe80::1%eth0"} {
 		addr := netip.MustParseAddr(a)
 		got := AppendAddAddressMessage([]byte{1, 2, 3, 4}, 7, addr)
-		want := addrRequest(unix.RTM_NEWADDR, 7, addr).Serialize()
+		want := ipAddrAddRequest(7, addr).Serialize()
 		binary.NativeEndian.PutUint32(want[8:], 0) // the sequence number
 		if !bytes.Equal(got[:4], []byte{1, 2, 3, 4}) || !bytes.Equal(got[4:], want) {
 			t.Errorf("%s: got %x (%s),\nwant %x (%s)", a, got[4:], addrText(got[4:]), want, addrText(want))
@@ -103,7 +122,7 @@ func TestAddAddressesWire(t *testing.T) {
 	var want []string
 	for _, a := range addrs {
 		if a.IsValid() {
-			want = append(want, addrText(addrRequest(unix.RTM_NEWADDR, 7, a).Serialize()))
+			want = append(want, addrText(ipAddrAddRequest(7, a).Serialize()))
 		}
 	}
 	k.ExpectRequests(addrText, want)

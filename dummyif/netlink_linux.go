@@ -198,13 +198,10 @@ func (n *Netlink) withLink(op func(idx int) error) error {
 // (the sandbox tests check ours are never tentative, even with the link
 // up and ARP on); the flag is a free guard for kernels and link settings
 // we have not tested.
+// It is AddAddresses for one address.
 func (n *Netlink) AddAddress(addr netip.Addr) error {
-	if err := checkAddr(addr); err != nil {
-		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
-	}
-	err := n.withLink(func(idx int) error { return n.writes.Execute(addrRequest(unix.RTM_NEWADDR, idx, addr), nil) })
-	if err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("add address %s to %s: %w", addr, n.name, err)
+	if errs := n.AddAddresses([]netip.Addr{addr}); errs != nil {
+		return errs[0]
 	}
 	return nil
 }
@@ -215,7 +212,9 @@ func (n *Netlink) DeleteAddress(addr netip.Addr) error {
 	if err := checkAddr(addr); err != nil {
 		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
 	}
-	err := n.withLink(func(idx int) error { return n.writes.Execute(addrRequest(unix.RTM_DELADDR, idx, addr), nil) })
+	err := n.withLink(func(idx int) error {
+		return n.writes.ExecuteBatch(appendAddrMessage(nil, unix.RTM_DELADDR, idx, addr))
+	})
 	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, ErrNoLink) {
 		return fmt.Errorf("delete address %s from %s: %w", addr, n.name, err)
 	}

@@ -13,7 +13,9 @@ import "github.com/vishvananda/netlink/nl"
 // the batch's on its first message when the commit fails), never an
 // acknowledgement first. Every message gets the same fresh sequence
 // number, written into msgs; whatever else the kernel sends about a
-// refused batch is skipped by the next request as another's.
+// refused batch is skipped by the next request as another's. A single
+// request with NLM_F_ACK that its caller encoded itself is a batch of
+// one (dummyif's address deletes).
 //
 // One send and, for a committed batch, one receive: google/nftables'
 // transport costs a goroutine per system call (mdlayher/socket watches a
