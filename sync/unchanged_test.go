@@ -49,13 +49,19 @@ func TestKeyQueuedForAChangeItsBatchSyncedIsNotSyncedAgain(t *testing.T) {
 	bSlice := NewProxySlice(slice("ns", "b", "b-1", "", 80, v1.ProtocolTCP, ep{ip: "10.244.1.2"}))
 	counts.first["ns/a"] = func() { eh.OnAdd(bSlice, true) }
 	ctx := context.Background()
-
-	runner.next(ctx)
-	assertText(t, "ipvsadm -Sn after the batch", k.IPVS.String(), `
+	// bServedBy checks the kernel after what: a's virtual server without
+	// endpoints, b's with one, at ip.
+	bServedBy := func(what, ip string) {
+		t.Helper()
+		assertText(t, "ipvsadm -Sn "+what, k.IPVS.String(), `
 -A -t 10.96.0.1:80 -s rr
 -A -t 10.96.0.2:80 -s rr
--a -t 10.96.0.2:80 -r 10.244.1.2:80 -m -w 1
+-a -t 10.96.0.2:80 -r `+ip+`:80 -m -w 1
 `)
+	}
+
+	runner.next(ctx)
+	bServedBy("after the batch", "10.244.1.2")
 	if runner.queue.Len() != 1 {
 		t.Fatalf("queued after the batch: %d keys, want b again (its slice came while it waited)", runner.queue.Len())
 	}
@@ -75,11 +81,7 @@ func TestKeyQueuedForAChangeItsBatchSyncedIsNotSyncedAgain(t *testing.T) {
 	if counts.builds["ns/b"] != 2 {
 		t.Errorf("b built %d times after its endpoint moved, want 2", counts.builds["ns/b"])
 	}
-	assertText(t, "ipvsadm -Sn after the endpoint moved", k.IPVS.String(), `
--A -t 10.96.0.1:80 -s rr
--A -t 10.96.0.2:80 -s rr
--a -t 10.96.0.2:80 -r 10.244.1.3:80 -m -w 1
-`)
+	bServedBy("after the endpoint moved", "10.244.1.3")
 
 	// A failed sync is retried, though nothing changed since it read b.
 	bad := NewProxySlice(slice("ns", "b", "b-1", "", 80, v1.ProtocolTCP, ep{ip: "10.244.1.4"}))
@@ -93,9 +95,5 @@ func TestKeyQueuedForAChangeItsBatchSyncedIsNotSyncedAgain(t *testing.T) {
 	if counts.builds["ns/b"] != 4 {
 		t.Errorf("b built %d times after a failed sync and its retry, want 4", counts.builds["ns/b"])
 	}
-	assertText(t, "ipvsadm -Sn after the retry", k.IPVS.String(), `
--A -t 10.96.0.1:80 -s rr
--A -t 10.96.0.2:80 -s rr
--a -t 10.96.0.2:80 -r 10.244.1.4:80 -m -w 1
-`)
+	bServedBy("after the retry", "10.244.1.4")
 }
