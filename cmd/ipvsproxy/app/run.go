@@ -95,24 +95,8 @@ func Run(ctx context.Context, o *Options) error {
 	eng := newEngine(o, kernel, setup, metrics, reg, client, nodeName, v6, started)
 	defer eng.close()
 	tracker, runner, healthChecks := eng.tracker, eng.runner, eng.healthChecks
-	npFilter := o.parsed.nodePorts
-	if w := npFilter.Warning(); w != "" {
-		klog.InfoS(w)
-	}
-	npFilter.NodeIP = nodeIP.Addr
-	node := nodewatch.New(kernel.Dummy, npFilter, runner.UpdateNode)
-	if err := node.Refresh(); err != nil {
-		klog.ErrorS(err, "Reading the node's addresses")
-	}
-	// Per-service traffic metrics are opt-in: 5 series per virtual server
-	// on every node, and a kernel dump plus that many series built per
-	// scrape, is more than most clusters want to pay by default.
-	if o.StatsMaxServices > 0 {
-		base := o.buildConfig(nodeName, v6)
-		reg.MustRegister(ipvsstats.New(kernel.IPVS, newServiceIndex(tracker,
-			func() sync.Config { return node.Config(base) }).Lookup, o.StatsMaxServices))
-	}
-	go node.Run(ctx, 5*time.Second)
+	node := startNodeWatch(ctx, o, kernel, runner, nodeIP)
+	registerServiceStats(o, reg, kernel, tracker, node, nodeName, v6)
 
 	health := healthz.New(runner, 2*o.SyncPeriod, reg)
 	health.NodeEligible = node.Eligible
@@ -132,6 +116,37 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	return nil
+}
+
+// startNodeWatch reads the node's addresses (the node-port addresses,
+// the node IP's) and follows them every 5 s, telling the runner of each
+// change.
+func startNodeWatch(ctx context.Context, o *Options, kernel owned.Kernel, runner *sync.Runner, ip nodeIP) *nodewatch.Watcher {
+	npFilter := o.parsed.nodePorts
+	if w := npFilter.Warning(); w != "" {
+		klog.InfoS(w)
+	}
+	npFilter.NodeIP = ip.Addr
+	node := nodewatch.New(kernel.Dummy, npFilter, runner.UpdateNode)
+	if err := node.Refresh(); err != nil {
+		klog.ErrorS(err, "Reading the node's addresses")
+	}
+	go node.Run(ctx, 5*time.Second)
+	return node
+}
+
+// registerServiceStats serves the per-service traffic metrics when
+// --stats-max-services asks for them. They are opt-in: 5 series per
+// virtual server on every node, and a kernel dump plus that many series
+// built per scrape, is more than most clusters want to pay by default.
+func registerServiceStats(o *Options, reg prometheus.Registerer, kernel owned.Kernel, tracker *sync.Tracker,
+	node *nodewatch.Watcher, nodeName string, v6 bool) {
+	if o.StatsMaxServices <= 0 {
+		return
+	}
+	base := o.buildConfig(nodeName, v6)
+	reg.MustRegister(ipvsstats.New(kernel.IPVS, newServiceIndex(tracker,
+		func() sync.Config { return node.Config(base) }).Lookup, o.StatsMaxServices))
 }
 
 // prepareKernel checks the default scheduler can be loaded, and makes the

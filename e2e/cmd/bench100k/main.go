@@ -261,6 +261,18 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if err != nil {
 		return err
 	}
+	r.Failures = afterProgrammed(c, w, srv, proxy, start, prog, begin, logPath, r)
+	if len(r.Failures) > 0 {
+		return fmt.Errorf("%d checks failed:\n  %s", len(r.Failures), strings.Join(r.Failures, "\n  "))
+	}
+	return nil
+}
+
+// afterProgrammed takes the measurements of the programmed node — the
+// changes timed during full passes, the steady CPU, traffic to sampled
+// VIPs, the final state — and returns the checks that failed.
+func afterProgrammed(c *config, w *workload, srv *apiServer, proxy *proc.Process, start *startupWatch,
+	prog programmed, begin time.Time, logPath string, r *report) []string {
 	steadyFrom := atProgrammed(c, proxy, r)
 	var failures []string
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
@@ -296,6 +308,13 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	logf("traffic: %d of %d sampled ClusterIPs answered every request from all %d of their pods", r.VIPsAnswering, len(r.Traffic), endpointsPer)
 	failures = append(failures, finalChecks(c, w, r)...)
 	r.Changes = changes.report(logPath) // late: more passes have ended
+	return append(failures, atEnd(c, w, proxy, srv, r)...)
+}
+
+// atEnd keeps the proxy's usage, metrics and heap at the end, and checks
+// the kernel through /proc/net/ip_vs where that is affordable.
+func atEnd(c *config, w *workload, proxy *proc.Process, srv *apiServer, r *report) []string {
+	var failures []string
 	r.Final, _ = proxy.Usage()
 	r.Mem.Final = readMeminfo()
 	if m, err := scrapeProxy(); err == nil {
@@ -318,11 +337,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 			failures = append(failures, fmt.Sprintf("/proc/net/ip_vs at the end: %v %v", proc, err))
 		}
 	}
-	r.Failures = failures
-	if len(failures) > 0 {
-		return fmt.Errorf("%d checks failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
-	}
-	return nil
+	return failures
 }
 
 // atProgrammed keeps the proxy's usage, metrics and heap when the kernel
