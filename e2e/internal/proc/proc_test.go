@@ -22,8 +22,14 @@ func TestStartUsageStop(t *testing.T) {
 	if err := p.Exited(); err != nil {
 		t.Fatalf("running process reported ended: %v", err)
 	}
+	// A process that has run has touched pages and been switched out:
+	// once sleep has reached its sleep. Right after the start it may not
+	// have been switched out yet (a CI run read it at 0 switches).
 	u, err := p.Usage()
-	// A process that has run has touched pages and been switched out.
+	for deadline := time.Now().Add(30 * time.Second); err == nil && u.VoluntarySwitches == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		u, err = p.Usage()
+	}
 	if err != nil || u.RSSKB <= 0 || u.HWMKB < u.RSSKB || u.CPUWithChildren < u.CPUSeconds || u.MinorFaults <= 0 ||
 		u.VoluntarySwitches+u.InvoluntarySwitches <= 0 {
 		t.Errorf("usage %+v, err %v", u, err)
