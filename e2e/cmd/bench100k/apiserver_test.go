@@ -24,10 +24,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// kube-proxy's (and ipvsproxy's) selector: no service-proxy-name label,
-// not headless.
-const proxySelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
-
 // served starts the server over a workload of n services plus one that
 // the proxy's selector excludes, and returns a client configured as
 // ipvsproxy's (protobuf first).

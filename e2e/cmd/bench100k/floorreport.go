@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,6 +71,11 @@ type floorReport struct {
 	ReadyRatio      float64 `json:"readyRatio"`
 	TeardownSeconds float64 `json:"teardownSeconds"` // untimed: emptying the floor's namespace
 	Error           string  `json:"error,omitempty"`
+	// Receive is the receive floor (receivefloor.go); ReadyBothRatio is
+	// /readyz's first 200 over the two floors' sum (0: ReadyRatio is, or
+	// the receive floor failed).
+	Receive        receiveFloor `json:"receive"`
+	ReadyBothRatio float64      `json:"readyBothRatio"`
 }
 
 // finish sums the phases and sets the ratios against prog and against
@@ -89,6 +95,15 @@ func (f *floorReport) finish(prog programmed, ready float64) {
 		if _, early := readyVerdict(ready, prog); ready > 0 && prog.Seconds > 0 && !early {
 			f.ReadyRatio = ready / f.Seconds
 		}
+	}
+}
+
+// addReceive adds the receive floor and the ratio of /readyz's first
+// 200 (ready) to both floors.
+func (f *floorReport) addReceive(rf receiveFloor, ready float64) {
+	f.Receive = rf
+	if f.ReadyRatio > 0 && rf.Error == "" && rf.Seconds > 0 {
+		f.ReadyBothRatio = ready / (f.Seconds + rf.Seconds)
 	}
 }
 
@@ -156,10 +171,27 @@ func (r *report) floorMarkdown(b *strings.Builder) {
 	row("start → kernel complete within 2× the floor", "target ≤ %.0f× %s", floorTarget, f.verdict())
 	k, v := f.readyRow(r.Startup.ReadyzSeconds, r.Programmed)
 	row(k, "%s", v)
+	r.receiveRows(row)
 	row("floor: capture (untimed read) / wait after flushing the proxy's IPVS / teardown (s)", "%.1f / %.1f / %.1f",
 		f.CaptureSeconds, f.SettleSeconds, f.TeardownSeconds)
 	if f.Error != "" {
 		row("floor error", "%s", f.Error)
+	}
+}
+
+// receiveRows are the receive floor's rows: what no client-go proxy
+// can beat on this guest, beside the issue's ratio.
+func (r *report) receiveRows(row func(k, format string, v ...any)) {
+	rf := r.Floor.Receive
+	const k = "receive floor: a bare client's watch-lists of the Services and EndpointSlices, both at once, every object decoded and dropped (s)"
+	if rf.Error != "" || rf.Seconds <= 0 {
+		row(k, "not measured: %s", cmp.Or(rf.Error, "the run ended before it"))
+		return
+	}
+	row(k, "%.1f (%d services, %d slices)", rf.Seconds, rf.Services, rf.Slices)
+	if f := r.Floor; f.ReadyBothRatio > 0 {
+		row("/readyz first 200 / (floor + receive floor)", "%.2f× (%.1f s / %.1f s)",
+			f.ReadyBothRatio, r.Startup.ReadyzSeconds, f.Seconds+rf.Seconds)
 	}
 }
 

@@ -117,3 +117,42 @@ func TestFloorReportReady(t *testing.T) {
 		}
 	}
 }
+
+// The receive floor sits beside the ratio: /readyz over both
+// floors only when /readyz was confirmed and the receive floor measured.
+func TestFloorReportReceive(t *testing.T) {
+	phases := []floorPhase{{Name: "real servers", Objects: 1000, Messages: 1000, Seconds: 2}}
+	confirmed := programmed{Seconds: 26.9, PrevReadSeconds: -1, PrevReadBeganSeconds: -1}
+	for _, c := range []struct {
+		name  string
+		ready float64
+		rf    receiveFloor
+		ratio float64
+		rows  []string
+	}{
+		{"measured", 9, receiveFloor{Seconds: 2.5, Services: 10002, Slices: 10002}, 2, []string{
+			"every object decoded and dropped (s) | 2.5 (10002 services, 10002 slices) |",
+			"| /readyz first 200 / (floor + receive floor) | 2.00× (9.0 s / 4.5 s) |"}},
+		{"failed", 9, receiveFloor{Seconds: 1, Error: "endpointslices: the watch ended"}, 0, []string{
+			"every object decoded and dropped (s) | not measured: endpointslices: the watch ended |"}},
+		{"never ready", -1, receiveFloor{Seconds: 2.5, Services: 3, Slices: 3}, 0, []string{"| 2.5 (3 services, 3 slices) |"}},
+	} {
+		r := &report{Programmed: confirmed}
+		r.Startup.ReadyzSeconds = c.ready
+		r.Floor.Phases = phases
+		r.Floor.finish(r.Programmed, c.ready)
+		r.Floor.addReceive(c.rf, c.ready)
+		if r.Floor.ReadyBothRatio != c.ratio {
+			t.Errorf("%s: ratio %.2f, want %.2f", c.name, r.Floor.ReadyBothRatio, c.ratio)
+		}
+		md := r.markdown()
+		for _, row := range c.rows {
+			if !strings.Contains(md, row) {
+				t.Errorf("%s: summary lacks %q:\n%s", c.name, row, md)
+			}
+		}
+		if c.ratio == 0 && strings.Contains(md, "(floor + receive floor)") {
+			t.Errorf("%s: a ratio to both floors without both:\n%s", c.name, md)
+		}
+	}
+}

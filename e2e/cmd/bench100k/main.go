@@ -254,6 +254,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 				err = fmt.Errorf("floor: %w", ferr)
 			}
 		}
+		r.Floor.addReceive(receiveThrough(kubeconfig), r.Startup.ReadyzSeconds)
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)
 	prog, err := waitProgrammed(c, w, proxy, begin, launched, func() bool { return start.readyAt() >= 0 })
