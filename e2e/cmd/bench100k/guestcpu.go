@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/e2e/internal/proc"
 )
@@ -24,6 +26,9 @@ type guestCPU struct {
 	Idle    int64 `json:"idleTicks"` // idle + iowait
 	SoftIRQ int64 `json:"softirqTicks"`
 	Other   int64 `json:"otherTicks"` // irq, steal
+	// Bench is this benchmark's own CPU (the fake API server, the
+	// polls), read at the same moment.
+	Bench time.Duration `json:"benchCPU"`
 }
 
 // parseGuestCPU reads /proc/stat's text.
@@ -50,7 +55,13 @@ func readGuestCPU() (guestCPU, error) {
 	if err != nil {
 		return guestCPU{}, err
 	}
-	return parseGuestCPU(string(data))
+	g, err := parseGuestCPU(string(data))
+	var ru syscall.Rusage
+	if err == nil {
+		err = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		g.Bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return g, err
 }
 
 // guestCPUAtLaunch is the guest's CPU before the proxy's launch; nil
@@ -66,7 +77,7 @@ func guestCPUAtLaunch() *guestCPU {
 
 func (g guestCPU) minus(o guestCPU) guestCPU {
 	return guestCPU{User: g.User - o.User, System: g.System - o.System, Idle: g.Idle - o.Idle,
-		SoftIRQ: g.SoftIRQ - o.SoftIRQ, Other: g.Other - o.Other}
+		SoftIRQ: g.SoftIRQ - o.SoftIRQ, Other: g.Other - o.Other, Bench: g.Bench - o.Bench}
 }
 
 // cpuSplit is the CPU from the launch to when /readyz was first seen 200
@@ -82,7 +93,7 @@ func (s *cpuSplit) String() string {
 	sec := func(ticks int64) float64 { return float64(ticks) / 100 }
 	p := s.Proxy
 	return fmt.Sprintf("%.1f s: guest user %.1f, system %.1f, softirq %.1f, other %.1f, idle %.1f; of it the proxy's user %.1f, system %.1f"+
-		" (%d page faults, %d major; %d context switches, %d of them preempted)",
+		" (%d page faults, %d major; %d context switches, %d of them preempted), the benchmark's (fake API server, polls) %.1f",
 		s.Seconds, sec(g.User), sec(g.System), sec(g.SoftIRQ), sec(g.Other), sec(g.Idle), p.UserSeconds, p.SystemSeconds,
-		p.MinorFaults+p.MajorFaults, p.MajorFaults, p.VoluntarySwitches+p.InvoluntarySwitches, p.InvoluntarySwitches)
+		p.MinorFaults+p.MajorFaults, p.MajorFaults, p.VoluntarySwitches+p.InvoluntarySwitches, p.InvoluntarySwitches, g.Bench.Seconds())
 }

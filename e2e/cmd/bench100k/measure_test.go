@@ -48,11 +48,12 @@ func TestGuestCPUSplit(t *testing.T) {
 	if got := now.minus(launch); got != want {
 		t.Errorf("split %+v, want %+v", got, want)
 	}
+	launch.Bench, now.Bench = time.Second, 3500*time.Millisecond
 	s := cpuSplit{Seconds: 40, Guest: now.minus(launch)}
 	s.Proxy.UserSeconds, s.Proxy.SystemSeconds = 7, 9.5
 	s.Proxy.MinorFaults, s.Proxy.MajorFaults, s.Proxy.VoluntarySwitches, s.Proxy.InvoluntarySwitches = 25000, 3, 9000, 1000
 	if got := s.String(); got != "40.0 s: guest user 10.0, system 20.0, softirq 1.0, other 0.0, idle 5.0; of it the proxy's user 7.0, system 9.5"+
-		" (25003 page faults, 3 major; 10000 context switches, 1000 of them preempted)" {
+		" (25003 page faults, 3 major; 10000 context switches, 1000 of them preempted), the benchmark's (fake API server, polls) 2.5" {
 		t.Errorf("printed %q", got)
 	}
 	if _, err := parseGuestCPU("intr 1 2 3\n"); err == nil {
