@@ -50,7 +50,8 @@ func Run(ctx context.Context, o *Options) error {
 	if cf := o.config; cf != nil {
 		go watchConfigFile(ctx, cf.Path, cf.data, 5*time.Second, cancel)
 	}
-	tuneGC()
+	stopTuningGC := tuneGC()
+	defer stopTuningGC()
 
 	nodeName, err := hostname(o.HostnameOverride)
 	if err != nil {
