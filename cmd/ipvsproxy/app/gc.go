@@ -33,9 +33,9 @@ const defaultGOGC = 25
 // live + 8 MB): the same as GOGC 25 alone from 32 MB live, so the peak of
 // a node with more than a few thousand services does not move. Measured
 // in the sandbox at 10,000 services (docs/benchmarks.md, session 25):
-// 35 collections instead of 74, 0.4 s less of the proxy's CPU until
-// Ready, the same peak RSS (90 MB); 16 MB saved 0.6 s but raised the
-// peak to 96–97 MB.
+// 35 collections instead of 74, the proxy's CPU until Ready 6.9 s
+// against 7.2–8.0 s, the same peak RSS (90 MB); 16 MB took 6.6–6.7 s
+// but raised the peak to 96–97 MB.
 const minHeadroom = 8 << 20
 
 // tuneGC applies defaultGOGC, with minHeadroom kept after every
