@@ -16,14 +16,19 @@ func gcPercent() int {
 	return int(s[0].Value.Uint64())
 }
 
+// withoutGOGC runs the test with GOGC unset, and the GC percent it
+// found restored after it.
+func withoutGOGC(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(orig) })
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+}
+
 // TestTuneGCUnlessGOGCIsSet: the proxy runs with GOGC=25 unless the
 // operator set GOGC, which wins and is not tuned after collections.
 func TestTuneGCUnlessGOGCIsSet(t *testing.T) {
-	orig := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(orig)
-
-	t.Setenv("GOGC", "")
-	os.Unsetenv("GOGC")
+	withoutGOGC(t)
 	stop := tuneGC()
 	stop()
 	if got := gcPercent(); got != defaultGOGC {
@@ -63,11 +68,7 @@ func TestGCPercentFor(t *testing.T) {
 // gets a percent that leaves minHeadroom after each collection, not
 // defaultGOGC's few hundred KB; stopped, the percent is left alone.
 func TestHeadroomKeptAfterCollections(t *testing.T) {
-	orig := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(orig)
-	t.Setenv("GOGC", "")
-	os.Unsetenv("GOGC")
-
+	withoutGOGC(t)
 	stop := tuneGC()
 	live := make([]byte, 4<<20) // a test binary's heap is a few MB: well under 32 MB
 	runtime.GC()
