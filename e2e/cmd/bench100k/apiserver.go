@@ -49,7 +49,9 @@ import (
 //
 // Objects are read from the fake one namespace at a time (its List deep
 // copies what it returns) and encoded one by one, so serving 100,000
-// objects never holds a second copy of all of them. Protobuf when the
+// objects never holds a second copy of all of them — except the initial
+// lists the proxy's informers ask for, encoded once ahead of its launch
+// (encodedlists.go says why). Protobuf when the
 // client accepts it, as kube-apiserver does; else JSON. Writes to the
 // fake after the server is made (the benchmark's changes) get
 // resourceVersions and reach the watches as events (changelog.go,
@@ -68,6 +70,9 @@ type apiServer struct {
 	// What was served, for the report: requests by kind.
 	watchLists, plainWatches, listPages, gets, events, unknown atomic.Int64
 	objectsSent, eventsSent                                    atomic.Int64
+	encodedSent                                                atomic.Int64 // of objectsSent: encoded ahead
+
+	encoded encodedLists // the initial lists encoded ahead (encodedlists.go)
 
 	// listed: when each collection's first complete list was sent (a
 	// watch-list's initial-events-end bookmark, or a list's last page):
@@ -411,7 +416,7 @@ func (s *apiServer) postEvent(w http.ResponseWriter, r *http.Request) {
 
 // summary is one line of what was served.
 func (s *apiServer) summary() string {
-	return fmt.Sprintf("watch-lists %d, plain watches %d, list pages %d, gets %d, events %d, not served %d, objects sent %d, watch events sent %d (resourceVersion %d)",
+	return fmt.Sprintf("watch-lists %d, plain watches %d, list pages %d, gets %d, events %d, not served %d, objects sent %d (%d encoded ahead), watch events sent %d (resourceVersion %d)",
 		s.watchLists.Load(), s.plainWatches.Load(), s.listPages.Load(), s.gets.Load(), s.events.Load(),
-		s.unknown.Load(), s.objectsSent.Load(), s.eventsSent.Load(), s.log.current())
+		s.unknown.Load(), s.objectsSent.Load(), s.encodedSent.Load(), s.eventsSent.Load(), s.log.current())
 }

@@ -211,6 +211,7 @@ func run(ctx context.Context, c *config) error {
 		len(pods), len(w.sample), time.Since(start).Seconds())
 
 	srv := newAPIServer(cs, w.namespaces(), logf)
+	encodeProxyLists(srv)
 	kubeconfig, err := serveAPI(srv, c.results)
 	if err != nil {
 		return err
@@ -254,6 +255,7 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 				err = fmt.Errorf("floor: %w", ferr)
 			}
 		}
+		encodeProxyLists(srv) // as for the proxy: the changes since are in them
 		r.Floor.addReceive(receiveThrough(kubeconfig), r.Startup.ReadyzSeconds)
 	}()
 	logf("ipvsproxy started (%s); waiting for %d virtual servers, %d real servers", r.Commit, r.WantVS, r.WantReals)

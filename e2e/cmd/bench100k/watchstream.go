@@ -90,6 +90,9 @@ func (s *apiServer) watch(w http.ResponseWriter, r *http.Request, res *resource,
 // it already holds are not sent again after the bookmark. False when the
 // client left or the read failed.
 func (s *apiServer) initialEvents(ctx context.Context, ws *watchStream, res *resource, sel selection, from int64) (read map[string]int64, ok bool) {
+	if l, ok := s.encoded.lookup(res.name, sel, ws.ew.f.contentType, from); ok {
+		return s.initialEventsEncoded(ws, res, l, from)
+	}
 	start, n := time.Now(), 0
 	read = map[string]int64{}
 	for _, ns := range s.scopes(res) {
@@ -114,6 +117,26 @@ func (s *apiServer) initialEvents(ctx context.Context, ws *watchStream, res *res
 	s.sent(res.name)
 	s.logf("api: watch-list %s: %d objects streamed in %.1fs", res.name, n, time.Since(start).Seconds())
 	return read, true
+}
+
+// initialEventsEncoded is initialEvents from events encoded ahead
+// (encodedlists.go), read at from.
+func (s *apiServer) initialEventsEncoded(ws *watchStream, res *resource, l *encodedList, from int64) (read map[string]int64, ok bool) {
+	start := time.Now()
+	for _, b := range l.events {
+		if err := ws.ew.sendEncoded(b); err != nil {
+			return nil, false // the client left
+		}
+	}
+	s.objectsSent.Add(int64(l.objects))
+	s.encodedSent.Add(int64(l.objects))
+	if err := ws.ew.send(watch.Bookmark, initialEventsEnd(res.empty(), from, true)); err != nil {
+		return nil, false
+	}
+	ws.flush()
+	s.sent(res.name)
+	s.logf("api: watch-list %s: %d objects encoded ahead streamed in %.1fs", res.name, l.objects, time.Since(start).Seconds())
+	return l.read, true
 }
 
 // stream sends the log's events for this collection after from, in
@@ -187,15 +210,30 @@ type eventWriter struct {
 }
 
 func (e *eventWriter) send(t watch.EventType, o runtime.Object) error {
+	b, err := e.encode(t, o)
+	if err != nil {
+		return err
+	}
+	return e.sendEncoded(b)
+}
+
+// encode returns the event, as one frame holds it; the bytes are the
+// writer's until its next encode.
+func (e *eventWriter) encode(t watch.EventType, o runtime.Object) ([]byte, error) {
 	e.obj.Reset()
 	if err := e.f.object.Encode(o, &e.obj); err != nil {
-		return err
+		return nil, err
 	}
 	e.framed.Reset()
 	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: e.obj.Bytes()}}
 	if err := e.f.event.Encode(ev, &e.framed); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := e.frames.Write(e.framed.Bytes())
+	return e.framed.Bytes(), nil
+}
+
+// sendEncoded writes an event encode returned, in its own frame.
+func (e *eventWriter) sendEncoded(b []byte) error {
+	_, err := e.frames.Write(b)
 	return err
 }
