@@ -27,6 +27,12 @@ func TestWatchListsServedFromListsEncodedAhead(t *testing.T) {
 	if srv.encodedSent.Load() != want || srv.objectsSent.Load() != want {
 		t.Errorf("served %s; want all %d objects encoded ahead", srv.summary(), want)
 	}
+	// Handed out once: informers started again are served as read.
+	svcs, slices = informers(t, client, true)
+	checkCaches(t, w, svcs, slices)
+	if srv.encodedSent.Load() != want || srv.objectsSent.Load() != 2*want {
+		t.Errorf("served %s; want the second lists read as they were served", srv.summary())
+	}
 }
 
 // TestListsEncodedAheadNotServedAfterAChange: once the fake changed, a
@@ -57,7 +63,7 @@ func TestListsEncodedAheadNotServedAfterAChange(t *testing.T) {
 }
 
 // TestListsEncodedAheadOnlyForTheirSelector: another selector, or JSON,
-// is read and encoded as it is served.
+// is read and encoded as it is served; the lists are handed out once.
 func TestListsEncodedAheadOnlyForTheirSelector(t *testing.T) {
 	_, srv, _ := served(t, 10)
 	if err := srv.encodeLists(proxySelector, "services"); err != nil {
@@ -68,13 +74,14 @@ func TestListsEncodedAheadOnlyForTheirSelector(t *testing.T) {
 		name, res, sel, contentType string
 		want                        bool
 	}{
-		{"the same", "services", proxySelectorSorted, srv.protobuf.contentType, true},
 		{"another collection", "endpointslices", proxySelector, srv.protobuf.contentType, false},
 		{"another selector", "services", "app=x", srv.protobuf.contentType, false},
 		{"JSON", "services", proxySelector, srv.json.contentType, false},
+		{"the same, last: it takes them", "services", proxySelectorSorted, srv.protobuf.contentType, true},
+		{"the same again", "services", proxySelectorSorted, srv.protobuf.contentType, false},
 	} {
 		sel := selection{opts: metav1.ListOptions{LabelSelector: c.sel}, fields: fields.Everything()}
-		if _, ok := srv.encoded.lookup(c.res, sel, c.contentType, at); ok != c.want {
+		if _, ok := srv.encoded.take(c.res, sel, c.contentType, at); ok != c.want {
 			t.Errorf("%s: served from the lists encoded ahead %v, want %v", c.name, ok, c.want)
 		}
 	}

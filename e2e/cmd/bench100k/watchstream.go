@@ -90,7 +90,7 @@ func (s *apiServer) watch(w http.ResponseWriter, r *http.Request, res *resource,
 // it already holds are not sent again after the bookmark. False when the
 // client left or the read failed.
 func (s *apiServer) initialEvents(ctx context.Context, ws *watchStream, res *resource, sel selection, from int64) (read map[string]int64, ok bool) {
-	if l, ok := s.encoded.lookup(res.name, sel, ws.ew.f.contentType, from); ok {
+	if l, ok := s.encoded.take(res.name, sel, ws.ew.f.contentType, from); ok {
 		return s.initialEventsEncoded(ws, res, l, from)
 	}
 	start, n := time.Now(), 0
