@@ -18,7 +18,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -60,22 +59,19 @@ func (s *apiServer) encodeLists(selector string, collections ...string) error {
 		if !slices.Contains(collections, res.name) {
 			continue
 		}
-		l := &encodedList{read: map[string]int64{}}
-		for _, ns := range s.scopes(res) {
-			objs, lrv, err := s.read(context.Background(), res, ns, sel)
+		l := &encodedList{}
+		var err error
+		l.read, l.objects, err = s.eachInitial(context.Background(), res, sel, func(o runtime.Object) error {
+			b, err := ew.encode(watch.Added, o)
 			if err != nil {
-				return fmt.Errorf("encode %s ahead: %w", res.name, err)
+				return err
 			}
-			l.read[ns], _ = strconv.ParseInt(lrv, 10, 64)
-			for _, o := range objs {
-				b, err := ew.encode(watch.Added, o)
-				if err != nil {
-					return fmt.Errorf("encode %s ahead: %w", res.name, err)
-				}
-				l.events = append(l.events, slices.Clone(b))
-				bytes += len(b)
-			}
-			l.objects += len(objs)
+			l.events = append(l.events, slices.Clone(b))
+			bytes += len(b)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("encode %s ahead: %w", res.name, err)
 		}
 		byName[res.name] = l
 	}

@@ -32,8 +32,10 @@ import (
 )
 
 // proxySelector is kube-proxy's (and ipvsproxy's) label selector for
-// Services and EndpointSlices: no service-proxy-name label, not headless.
-const proxySelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+// Services and EndpointSlices: no service-proxy-name label, not headless;
+// spelled as the proxy sends it (labels.Selector.String sorts by key, and
+// app's TestProxyLabelSelectorIsKubeProxys holds the proxy to it).
+const proxySelector = "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"
 
 // receiveTimeout bounds the receive floor: at 100,000 services the
 // proxy's informers took under a minute.
@@ -85,8 +87,9 @@ func receiveThrough(kubeconfig string) receiveFloor {
 	return f
 }
 
-// bareClient is a clientset configured as ipvsproxy's: protobuf, with
-// no client-side rate limit in the way of two requests.
+// bareClient is a clientset configured as ipvsproxy's: protobuf. It keeps
+// client-go's default client-side rate limit (5 requests/s, bursts of
+// 10), which two requests do not reach.
 func bareClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

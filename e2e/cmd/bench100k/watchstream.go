@@ -83,31 +83,26 @@ func (s *apiServer) watch(w http.ResponseWriter, r *http.Request, res *resource,
 	s.stream(r.Context(), ws, res, sel, from, read, timeout, q.Get("allowWatchBookmarks") == "true")
 }
 
-// initialEvents sends every object as ADDED and the initial-events-end
-// bookmark at from (the log's version before the first read). Each
-// namespace is read at once (under the fake's lock), at a version ≥ from
-// that the list reports: read maps each namespace to it, and the changes
-// it already holds are not sent again after the bookmark. False when the
-// client left or the read failed.
+// initialEvents sends every object as ADDED (eachInitial) and the
+// initial-events-end bookmark at from (the log's version before the first
+// read). Each namespace was read at a version ≥ from: read maps each to
+// it, so the changes a list already holds are not sent again after the
+// bookmark. False when the client left or the read failed.
 func (s *apiServer) initialEvents(ctx context.Context, ws *watchStream, res *resource, sel selection, from int64) (read map[string]int64, ok bool) {
 	if l, ok := s.encoded.take(res.name, sel, ws.ew.f.contentType, from); ok {
 		return s.initialEventsEncoded(ws, res, l, from)
 	}
-	start, n := time.Now(), 0
-	read = map[string]int64{}
-	for _, ns := range s.scopes(res) {
-		objs, lrv, err := s.read(ctx, res, ns, sel)
-		if err != nil {
+	start, left := time.Now(), false
+	read, n, err := s.eachInitial(ctx, res, sel, func(o runtime.Object) error {
+		err := ws.ew.send(watch.Added, o)
+		left = err != nil
+		return err
+	})
+	if err != nil {
+		if !left {
 			s.logf("api: watch-list %s: %v", res.name, err)
-			return nil, false
 		}
-		read[ns], _ = strconv.ParseInt(lrv, 10, 64)
-		for _, o := range objs {
-			if err := ws.ew.send(watch.Added, o); err != nil {
-				return nil, false // the client left
-			}
-			n++
-		}
+		return nil, false
 	}
 	s.objectsSent.Add(int64(n))
 	if err := ws.ew.send(watch.Bookmark, initialEventsEnd(res.empty(), from, true)); err != nil {
@@ -117,6 +112,27 @@ func (s *apiServer) initialEvents(ctx context.Context, ws *watchStream, res *res
 	s.sent(res.name)
 	s.logf("api: watch-list %s: %d objects streamed in %.1fs", res.name, n, time.Since(start).Seconds())
 	return read, true
+}
+
+// eachInitial reads res namespace by namespace (each at once, under the
+// fake's lock) and calls fn with each object matching sel, in order. read
+// maps each namespace to the version it was read at; n counts the objects.
+func (s *apiServer) eachInitial(ctx context.Context, res *resource, sel selection, fn func(runtime.Object) error) (read map[string]int64, n int, err error) {
+	read = map[string]int64{}
+	for _, ns := range s.scopes(res) {
+		objs, lrv, err := s.read(ctx, res, ns, sel)
+		if err != nil {
+			return nil, n, err
+		}
+		read[ns], _ = strconv.ParseInt(lrv, 10, 64)
+		for _, o := range objs {
+			if err := fn(o); err != nil {
+				return nil, n, err
+			}
+			n++
+		}
+	}
+	return read, n, nil
 }
 
 // initialEventsEncoded is initialEvents from events encoded ahead
