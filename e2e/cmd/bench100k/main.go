@@ -264,18 +264,27 @@ func measure(c *config, w *workload, srv *apiServer, kubeconfig string, r *repor
 	if err != nil {
 		return err
 	}
-	r.Failures = afterProgrammed(c, w, srv, proxy, start, prog, begin, logPath, r)
+	r.Failures = afterProgrammed(c, w, srv, runningProxy{proxy, start, begin, logPath}, r)
 	if len(r.Failures) > 0 {
 		return fmt.Errorf("%d checks failed:\n  %s", len(r.Failures), strings.Join(r.Failures, "\n  "))
 	}
 	return nil
 }
 
-// afterProgrammed takes the measurements of the programmed node — the
-// changes timed during full passes, the steady CPU, traffic to sampled
+// runningProxy is the proxy under measurement: its process, the polls of
+// its start-up, when it was launched and where it logs.
+type runningProxy struct {
+	proc    *proc.Process
+	start   *startupWatch
+	begin   time.Time
+	logPath string
+}
+
+// afterProgrammed takes the measurements of the programmed node (r.Programmed)
+// — the changes timed during full passes, the steady CPU, traffic to sampled
 // VIPs, the final state — and returns the checks that failed.
-func afterProgrammed(c *config, w *workload, srv *apiServer, proxy *proc.Process, start *startupWatch,
-	prog programmed, begin time.Time, logPath string, r *report) []string {
+func afterProgrammed(c *config, w *workload, srv *apiServer, p runningProxy, r *report) []string {
+	proxy, begin := p.proc, p.begin
 	steadyFrom := atProgrammed(c, proxy, r)
 	var failures []string
 	if msg := verifySetsAndAddrs(c, w, r, "programmed"); msg != "" {
@@ -297,7 +306,7 @@ func afterProgrammed(c *config, w *workload, srv *apiServer, proxy *proc.Process
 	}
 	// The first full pass is done: /readyz has answered by now, or
 	// within a poll; a 200 before the kernel was complete is a failure.
-	if v, early := readyVerdict(start.readyAt(), prog); early {
+	if v, early := readyVerdict(p.start.readyAt(), r.Programmed); early {
 		failures = append(failures, "/readyz: "+v)
 	}
 	r.Traffic = askVIPs(w, c.requests)
@@ -310,7 +319,7 @@ func afterProgrammed(c *config, w *workload, srv *apiServer, proxy *proc.Process
 	}
 	logf("traffic: %d of %d sampled ClusterIPs answered every request from all %d of their pods", r.VIPsAnswering, len(r.Traffic), endpointsPer)
 	failures = append(failures, finalChecks(c, w, r)...)
-	r.Changes = changes.report(logPath) // late: more passes have ended
+	r.Changes = changes.report(p.logPath) // late: more passes have ended
 	return append(failures, atEnd(c, w, proxy, srv, r)...)
 }
 
