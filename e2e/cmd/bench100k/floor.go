@@ -29,6 +29,8 @@ type floorObjects struct {
 	Addrs []netip.Addr
 	Sets  []floorSet
 	VS    []floorVS
+	// VSDump is how the kernel's dump of the virtual servers went.
+	VSDump dumpTiming
 }
 
 type floorSet struct {
@@ -89,7 +91,8 @@ func captureKernel(v ipvs.Interface, s ipset.Interface, d dummyif.Interface, pro
 		}
 		o.Sets = append(o.Sets, floorSet{Set: set, Entries: entries})
 	}
-	vss, err := v.ListVirtualServers()
+	vss, dump, err := timedWalk(v)
+	o.VSDump = dump
 	if err != nil {
 		return nil, fmt.Errorf("list the virtual servers: %w", err)
 	}

@@ -108,6 +108,9 @@ func TestCaptureKernel(t *testing.T) {
 	if a := o.Addrs; len(a) != 2 || a[0].String() != "10.96.0.1" {
 		t.Errorf("addresses %v", a)
 	}
+	if o.VSDump.Services != 3 {
+		t.Errorf("the dump timed %d virtual servers, want 3", o.VSDump.Services)
+	}
 }
 
 // setMessages counts the messages package ipset sends, which its Fake

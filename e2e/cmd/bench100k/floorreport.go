@@ -53,6 +53,7 @@ func perSecond(n int, s float64) float64 {
 type floorReport struct {
 	Skipped        string       `json:"skipped,omitempty"`
 	CaptureSeconds float64      `json:"captureSeconds"` // the untimed read of the proxy's objects
+	VSDump         dumpTiming   `json:"vsDump"`         // that read's dump of the virtual servers (dumptiming.go)
 	SettleSeconds  float64      `json:"settleSeconds"`  // waited after flushing the proxy's IPVS
 	Phases         []floorPhase `json:"phases"`
 	Seconds        float64      `json:"seconds"` // the phases' sum
@@ -174,6 +175,9 @@ func (r *report) floorMarkdown(b *strings.Builder) {
 	r.receiveRows(row)
 	row("floor: capture (untimed read) / wait after flushing the proxy's IPVS / teardown (s)", "%.1f / %.1f / %.1f",
 		f.CaptureSeconds, f.SettleSeconds, f.TeardownSeconds)
+	if f.VSDump.Services > 0 {
+		row("the capture's dump of the virtual servers, the proxy stopped (waits between two are the kernel filling the next message; this guest's kernel does not preempt)", "%v", f.VSDump)
+	}
 	if f.Error != "" {
 		row("floor error", "%s", f.Error)
 	}
@@ -211,7 +215,8 @@ func captureForFloor(r *report) *floorObjects {
 		logf("floor: capture failed after %.1fs: %v", r.Floor.CaptureSeconds, err)
 		return nil
 	}
-	logf("floor: captured %v in %.1fs (untimed)", o, r.Floor.CaptureSeconds)
+	r.Floor.VSDump = o.VSDump
+	logf("floor: captured %v in %.1fs (untimed); the dump of %v", o, r.Floor.CaptureSeconds, o.VSDump)
 	return o
 }
 
