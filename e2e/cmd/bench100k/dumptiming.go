@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ipvsproxy/ipvsproxy/ipvs"
@@ -21,15 +22,23 @@ import (
 type dumpTiming struct {
 	Services int     `json:"services"`
 	Seconds  float64 `json:"seconds"`
-	// FirstTenthMs and LastTenthMs are the longest wait between two
-	// services among the dump's first and last tenth.
-	FirstTenthMs float64 `json:"firstTenthLongestMs"`
-	LastTenthMs  float64 `json:"lastTenthLongestMs"`
+	// Tenths is the time each tenth of the services took, in dump order:
+	// alike when filling a message costs the same all along, growing when
+	// the kernel walks further for each message.
+	Tenths    [10]float64 `json:"tenthsSeconds"`
+	LongestMs float64     `json:"longestWaitMs"` // the longest wait between two services
 }
 
 func (d dumpTiming) String() string {
-	return fmt.Sprintf("%d virtual servers in %.1fs; the longest wait between two of them: %.1f ms in the first tenth, %.1f ms in the last",
-		d.Services, d.Seconds, d.FirstTenthMs, d.LastTenthMs)
+	var b strings.Builder
+	for i, t := range d.Tenths {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.1f", t)
+	}
+	return fmt.Sprintf("%d virtual servers in %.1fs; each tenth of them in turn (s): %s; the longest wait between two: %.1f ms",
+		d.Services, d.Seconds, b.String(), d.LongestMs)
 }
 
 // timedWalk lists the virtual servers with one dump, timing the waits
@@ -50,15 +59,9 @@ func timedWalk(v ipvs.Interface) ([]ipvs.VirtualServer, dumpTiming, error) {
 // timingOf sums up a dump from the waits before each of its services.
 func timingOf(gaps []time.Duration, took time.Duration) dumpTiming {
 	d := dumpTiming{Services: len(gaps), Seconds: took.Seconds()}
-	tenth := max(1, len(gaps)/10)
 	for i, g := range gaps {
-		ms := float64(g.Microseconds()) / 1000
-		if i < tenth {
-			d.FirstTenthMs = max(d.FirstTenthMs, ms)
-		}
-		if i >= len(gaps)-tenth {
-			d.LastTenthMs = max(d.LastTenthMs, ms)
-		}
+		d.Tenths[i*10/len(gaps)] += g.Seconds()
+		d.LongestMs = max(d.LongestMs, float64(g.Microseconds())/1000)
 	}
 	return d
 }
