@@ -383,10 +383,12 @@ func (r *Runner) Ready() bool {
 // Readied is closed when Ready turns true.
 func (r *Runner) Readied() <-chan struct{} { return r.ready }
 
+// markReady logs the milestone before Ready turns true, so whoever sees
+// it ready (a test, /readyz's caller) finds the line already written.
 func (r *Runner) markReady() {
 	r.readyOnce.Do(func() {
-		close(r.ready)
 		klog.InfoS("Ready: the first full pass has programmed every service", append([]any{"services", r.rec.Keys(),
 			"sinceStart", r.clock.Since(r.cfg.Started)}, r.cpuSoFar()...)...)
+		close(r.ready)
 	})
 }
